@@ -1,0 +1,65 @@
+"""Run a benchmark: `python -m bench [group=option ...] [key=value ...]` (Hydra; -m to sweep).
+
+    python -m bench method=ngram task=code limit=2 max_new_tokens=32
+    python -m bench -m method=ngram,draft k=2,4,8 temperature=0,1 model.draft=DIR
+
+Writes records.jsonl, summary.csv, config.yaml and env.json into the run directory and prints
+the summary table. Bad input: one line on stderr, exit status 2.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from bench.config import check_overrides, register, validate
+from bench.errors import UserError
+
+
+def fail(msg: str) -> None:
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def run(cfg: DictConfig) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from bench import records
+    from bench.metrics import summarize
+    from bench.runner import Runner
+    from bench.table import print_summary
+
+    validate(cfg)
+    out = Path(HydraConfig.get().runtime.output_dir)
+    console = Console(stderr=True)
+    runner = Runner(cfg, out)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        path = runner.run(progress)
+    summary = summarize(records.load(path))
+    summary.to_csv(out / "summary.csv", index=False)
+    print_summary(summary, f"{cfg.model.name} · {runner.device.type} · {cfg.model.dtype} · {out}",
+                  Console(width=None if sys.stdout.isatty() else 200))
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except UserError as e:
+        fail(str(e))
+
+
+if __name__ == "__main__":
+    warnings.filterwarnings("ignore", category=UserWarning)
+    register()
+    try:
+        check_overrides(sys.argv[1:])
+    except UserError as e:
+        fail(str(e))
+    main()

@@ -1,0 +1,64 @@
+"""The one clock: wall time split into phases (prefill, draft, verify, other).
+
+On CUDA each phase is bracketed by CUDA events and read after one synchronize at the end; on
+the CPU by `time.perf_counter_ns`. Work is synchronous there, so no fence is needed. A method never
+touches the clock: the decode loop wraps its calls.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+
+PHASES = ("prefill", "draft", "verify", "other")
+
+
+class Clock:
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.reset()
+
+    def reset(self) -> None:
+        self._spans: list[tuple[str, object, object]] = []
+        self._marks: dict[str, object] = {}
+
+    def _now(self):
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter_ns()
+
+    @contextmanager
+    def phase(self, name: str):
+        start = self._now()
+        try:
+            yield
+        finally:
+            self._spans.append((name, start, self._now()))
+
+    def mark(self, name: str) -> None:
+        """A point in time (e.g. first token emitted), read relative to the first span."""
+        self._marks[name] = self._now()
+
+    def _ns(self, a, b) -> int:
+        if self.cuda:
+            return int(a.elapsed_time(b) * 1e6)
+        return b - a
+
+    def read(self) -> dict[str, int]:
+        """Totals per phase plus `wall` (first start → last end) and marks, in nanoseconds."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        out = {p: 0 for p in PHASES}
+        for name, a, b in self._spans:
+            out[name] = out.get(name, 0) + self._ns(a, b)
+        if self._spans:
+            first, last = self._spans[0][1], self._spans[-1][2]
+            out["wall"] = self._ns(first, last)
+            for name, m in self._marks.items():
+                out[name] = self._ns(first, m)
+        else:
+            out["wall"] = 0
+        return out

@@ -1,0 +1,91 @@
+"""The run-config schema (defaults live here, once) and the checks on its values.
+
+Hydra composes `conf/config.yaml` over this dataclass, so a misspelt top-level key is refused;
+`validate` turns bad values into one-line `UserError`s.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from bench.errors import UserError
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+GROUPS = ("method", "model", "task", "device", "experiment")
+CHECKS = ("none", "distribution")
+
+
+@dataclass
+class RunConfig:
+    method: Any = MISSING
+    model: Any = MISSING
+    task: Any = MISSING
+    device: Any = MISSING
+    k: Optional[int] = None  # draft length; None: the method's own default
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1.0: off
+    max_new_tokens: Optional[int] = None  # None: each task's own default
+    limit: Optional[int] = None  # prompts per task; None: all
+    repeats: int = 2  # timed repeats per prompt, baseline and method interleaved
+    seed: int = 0
+    warmup: int = 1  # untimed warm-up generations per method
+    check: str = "none"  # none | distribution
+    dist_samples: int = 200  # continuations per side for check=distribution
+    dist_positions: int = 3  # leading positions tested by check=distribution
+    tie_tolerance: float = 0.05  # logit gap below which a greedy divergence is a near-tie
+    out: str = "results"
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="schema", node=RunConfig)
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def check_overrides(argv: list[str]) -> None:
+    """Refuse unknown group options and top-level keys before Hydra prints a multi-line error."""
+    known = set(RunConfig.__dataclass_fields__) | set(GROUPS)
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key, value = arg.split("=", 1)
+        key = key.lstrip("+~")
+        if key.startswith("hydra") or "." in key:
+            continue
+        if key not in known:
+            raise UserError(f"unknown setting {key!r}; valid: {', '.join(sorted(known))}")
+        if key in GROUPS:
+            options = group_options(key)
+            for v in value.split(","):
+                if v and v not in options:
+                    raise UserError(f"{key}={v!r} is unknown; choose one of: {', '.join(options)}")
+
+
+def _need(ok: bool, msg: str) -> None:
+    if not ok:
+        raise UserError(msg)
+
+
+def validate(cfg) -> None:
+    _need(cfg.k is None or cfg.k >= 1, f"k={cfg.k} is not valid; k must be an integer >= 1")
+    _need(cfg.temperature >= 0, f"temperature={cfg.temperature} is not valid; use a value >= 0")
+    _need(cfg.top_k >= 0, f"top_k={cfg.top_k} is not valid; use 0 (off) or a positive integer")
+    _need(0 < cfg.top_p <= 1, f"top_p={cfg.top_p} is not valid; use a value in (0, 1]")
+    _need(cfg.max_new_tokens is None or cfg.max_new_tokens >= 1,
+          f"max_new_tokens={cfg.max_new_tokens} is not valid; use an integer >= 1")
+    _need(cfg.limit is None or cfg.limit >= 1,
+          f"limit={cfg.limit} is not valid; use an integer >= 1 (prompts per task)")
+    _need(cfg.repeats >= 1, f"repeats={cfg.repeats} is not valid; use an integer >= 1")
+    _need(cfg.warmup >= 0, f"warmup={cfg.warmup} is not valid; use an integer >= 0")
+    _need(cfg.check in CHECKS, f"check={cfg.check!r} is not valid; choose one of: {', '.join(CHECKS)}")
+    _need(cfg.check != "distribution" or cfg.temperature > 0,
+          "check=distribution compares sampled outputs: set temperature > 0")
+    mk = cfg.method.get("k")
+    _need(mk is None or int(mk) >= 0, f"method.k={mk} is not valid; use an integer >= 1")

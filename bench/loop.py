@@ -1,0 +1,100 @@
+"""The decode loop: prefill, then rounds of a method until max_new_tokens or EOS.
+
+The loop owns the stopping rule, the token count and the clock:
+
+    prefill  — method.prefill (target forward over the prompt, plus the drafter's own prefill)
+    other    — first token from the prefill logits (TTFT is read here)
+    per round:
+      draft  — method.draft   → Proposal (0..k tokens, or a tree)
+      verify — method.verify  → one target forward over the proposal
+      other  — method.accept  → accepted tokens (+ cache rollback); truncation, EOS check
+
+Every method, the baseline included, goes through this one function.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from bench import kvcache
+from bench.clock import Clock
+from bench.sampling import SamplingParams
+from bench.state import DecodeState
+
+
+@dataclass
+class TurnResult:
+    output_ids: list[int]
+    n_prompt: int
+    times_ns: dict  # prefill/draft/verify/other/wall/ttft
+    target_forwards: int  # prefill included: AR scores τ = 1
+    accept_lengths: list[int] = field(default_factory=list)  # tokens emitted per round
+    drafted_per_pos: list[int] = field(default_factory=list)  # rounds that drafted position i
+    accepted_per_pos: list[int] = field(default_factory=list)  # rounds that accepted position i
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    stop: str = "length"
+    extra_bytes: int = 0
+
+
+def _bump(counts: list[int], upto: int) -> None:
+    if upto > len(counts):
+        counts.extend([0] * (upto - len(counts)))
+    for i in range(upto):
+        counts[i] += 1
+
+
+@torch.inference_mode()
+def generate(method, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams,
+             eos_ids: set[int], clock: Clock, generator: torch.Generator | None = None,
+             device: torch.device | str = "cpu") -> TurnResult:
+    """Generate one turn with `method`; returns the tokens and every measurement of the turn."""
+    device = torch.device(device)
+    state = DecodeState.start(prompt_ids, len(prompt_ids) + max_new_tokens + 1, device,
+                              sampling, generator, kvcache.new_cache())
+    method.start(state)
+    clock.reset()
+    res = TurnResult(output_ids=[], n_prompt=len(prompt_ids), times_ns={}, target_forwards=1)
+
+    with clock.phase("prefill"):
+        logits = method.prefill(state)
+    with clock.phase("other"):
+        first = method.first_token(state, logits)
+        state.append([first])
+        clock.mark("ttft")
+    res.accept_lengths.append(1)
+    if first in eos_ids:
+        res.stop = "eos"
+    budget = max_new_tokens - 1
+
+    while budget > 0 and res.stop != "eos":
+        with clock.phase("draft"):
+            proposal = method.draft(state)
+        with clock.phase("verify"):
+            verified = method.verify(state, proposal)
+        with clock.phase("other"):
+            acc = method.accept(state, proposal, verified)
+            if kvcache.cache_len(state.cache) != state.length + len(acc.tokens) - 1:
+                raise RuntimeError(f"{method.name}: cache holds {kvcache.cache_len(state.cache)} "
+                                   f"positions after accept, expected "
+                                   f"{state.length + len(acc.tokens) - 1}")
+            tokens = acc.tokens[:budget]
+            for i, t in enumerate(tokens):
+                if t in eos_ids:
+                    tokens = tokens[: i + 1]
+                    res.stop = "eos"
+                    break
+            state.append(tokens)
+            budget -= len(tokens)
+        res.target_forwards += 1
+        res.accept_lengths.append(len(tokens))
+        res.drafted_tokens += acc.drafted
+        res.accepted_tokens += acc.n_draft_accepted
+        _bump(res.drafted_per_pos, acc.depth)
+        _bump(res.accepted_per_pos, acc.n_draft_accepted)
+
+    res.times_ns = clock.read()
+    res.output_ids = state.ids[state.n_prompt : state.length].tolist()
+    res.extra_bytes = method.extra_bytes(state)
+    return res

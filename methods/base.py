@@ -1,0 +1,84 @@
+"""What a method is: one speculative round (draft → verify → accept) on an explicit state.
+
+The decode loop (`bench.loop`) calls, per turn, `start` and `prefill` once, then
+`draft`, `verify`, `accept` per round, timing each call as its phase. A method never times itself
+and never decides when generation stops. The defaults here implement chain speculation against
+the target; a drafter overrides `draft` (and `prefill`/`accept` if it keeps state), a tree method
+overrides `verify` and `accept` as well.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from bench import kvcache
+from bench.sampling import accept_chain, accept_greedy, next_token, probs
+from bench.state import DecodeState
+
+
+@dataclass
+class Proposal:
+    """Drafted continuation of the committed tokens: a chain x_1..x_m (m may be 0)."""
+    tokens: torch.Tensor  # (m,) long
+    q: torch.Tensor | None = None  # (m, V) draft probabilities at T > 0; None: point masses
+
+
+@dataclass
+class Accepted:
+    tokens: list[int]  # accepted draft tokens followed by the target's own token (≥ 1 token)
+    n_draft_accepted: int  # how many of `tokens` came from the draft
+    drafted: int  # draft tokens verified this round (tree: all nodes)
+    depth: int  # longest drafted path (chain: m)
+    extra: dict = field(default_factory=dict)
+
+
+class Method:
+    """Base class; subclasses set `name` and override the phases they change."""
+
+    name = "base"
+    lossless = True
+
+    def __init__(self, cfg, ctx):
+        """cfg: this method's config node; ctx: bench.runner.Context (target, tokenizer, device…)."""
+        self.cfg = cfg
+        self.ctx = ctx
+        self.target = ctx.target
+
+    # --- memory: extra weights and buffers this method holds beyond the target ---
+    def extra_bytes(self, state: DecodeState | None = None) -> int:
+        return 0
+
+    # --- per turn ---
+    def start(self, state: DecodeState) -> None:
+        """Reset method-private state in `state.aux` for a new turn."""
+
+    def prefill(self, state: DecodeState) -> torch.Tensor:
+        """Target forward over the prompt; returns the (V,) logits for the first new token."""
+        out = kvcache.forward(self.target, state.tokens[None], state.cache, logits_to_keep=1)
+        return out.logits[0, -1]
+
+    def first_token(self, state: DecodeState, logits: torch.Tensor) -> int:
+        return next_token(logits, state.sampling, state.generator)
+
+    # --- per round ---
+    def draft(self, state: DecodeState) -> Proposal:
+        return Proposal(tokens=state.ids.new_empty(0))
+
+    def verify(self, state: DecodeState, proposal: Proposal) -> torch.Tensor:
+        """One target forward over [last, x_1..x_m] → logits (m+1, V)."""
+        inp = torch.cat([state.last, proposal.tokens])[None]
+        return kvcache.forward(self.target, inp, state.cache).logits[0]
+
+    def accept(self, state: DecodeState, proposal: Proposal, logits: torch.Tensor) -> Accepted:
+        """Accept a prefix of the chain, crop the target cache to the accepted path."""
+        m = proposal.tokens.numel()
+        if state.sampling.greedy:
+            n, nxt = accept_greedy(logits, proposal.tokens)
+        else:
+            n, nxt = accept_chain(probs(logits, state.sampling), proposal.tokens, proposal.q,
+                                  state.generator)
+        # cache now holds ids[:length-1] + last + x_1..x_m; keep last + x_1..x_n
+        kvcache.crop(state.cache, state.length + n)
+        return Accepted(tokens=proposal.tokens[:n].tolist() + [nxt], n_draft_accepted=n,
+                        drafted=m, depth=m)

@@ -1,0 +1,40 @@
+"""`ngram`: prompt lookup decoding (Saxena 2023) — draft by copying from the context.
+
+Find the most recent earlier occurrence of the last n committed tokens (n from max_n down to
+min_n) in prompt + output, and propose the up-to-k tokens that followed it. The draft is a point
+mass, so at T > 0 the accept rule is "accept x with probability p(x)".
+Knobs: k (tokens proposed), min_n, max_n (n-gram window).
+"""
+from __future__ import annotations
+
+import torch
+
+from bench.errors import UserError
+from methods.base import Method, Proposal
+
+
+def lookup(tokens: torch.Tensor, k: int, min_n: int, max_n: int) -> torch.Tensor:
+    """tokens (L,) → up to k tokens following the latest earlier match of the last n tokens."""
+    L = tokens.numel()
+    for n in range(min(max_n, L - 1), min_n - 1, -1):
+        tail = tokens[L - n :]
+        windows = tokens[: L - 1].unfold(0, n, 1)  # (L-n, n): windows that end before the tail
+        hits = (windows == tail).all(-1).nonzero()
+        if hits.numel():
+            start = int(hits[-1]) + n  # first token after the matched window
+            return tokens[start : start + k]
+    return tokens.new_empty(0)
+
+
+class NGram(Method):
+    name = "ngram"
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.k, self.min_n, self.max_n = int(ctx.k(cfg)), int(cfg.min_n), int(cfg.max_n)
+        if not 1 <= self.min_n <= self.max_n:
+            raise UserError(f"method.min_n={self.min_n}, method.max_n={self.max_n}: "
+                            "need 1 <= min_n <= max_n")
+
+    def draft(self, state) -> Proposal:
+        return Proposal(tokens=lookup(state.tokens, self.k, self.min_n, self.max_n))

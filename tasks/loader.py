@@ -1,0 +1,114 @@
+"""Loading a task config into prompts: built-in JSONL sets, or any Spec-Bench-format file.
+
+Spec-Bench's question format: one JSON object per line with `question_id`, `category` and
+`turns` (a list of user messages; two for MT-Bench-style dialog).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.errors import UserError
+from tasks.specbench import map_category
+
+DATA = Path(__file__).parent / "data"
+CONF = Path(__file__).resolve().parent.parent / "conf" / "task"
+
+
+@dataclass
+class Prompt:
+    id: str
+    task: str
+    category: str
+    turns: list[str]
+    subcategory: str = ""
+    max_new_tokens: int = 128
+    meta: dict = field(default_factory=dict)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Spec-Bench question lines; a malformed line is reported with file and line number."""
+    if not path.exists():
+        raise UserError(f"task file {str(path)!r} does not exist")
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}:{no}: not valid JSON ({e.msg} at column {e.colno})")
+            if not isinstance(row, dict):
+                raise UserError(f"{path}:{no}: expected a JSON object, got {type(row).__name__}")
+            turns = row.get("turns")
+            if (not isinstance(turns, list) or not turns
+                    or not all(isinstance(t, str) and t for t in turns)):
+                raise UserError(f"{path}:{no}: 'turns' must be a non-empty list of strings")
+            if "question_id" not in row:
+                raise UserError(f"{path}:{no}: missing 'question_id'")
+            rows.append(row)
+    if not rows:
+        raise UserError(f"task file {str(path)!r} holds no questions")
+    return rows
+
+
+def _from_rows(rows, cfg, name) -> list[Prompt]:
+    template = cfg.get("template") or "{turn}"
+    cats = cfg.get("categories")  # optional filter on our category names
+    out = []
+    for row in rows:
+        raw = str(row.get("category", cfg.get("category") or name))
+        cat = map_category(raw)
+        if cats and cat not in cats:
+            continue
+        out.append(Prompt(id=str(row["question_id"]), task=name, category=cat,
+                          subcategory=str(row.get("subcategory", raw if raw != cat else "")),
+                          turns=[template.format(turn=t) for t in row["turns"]],
+                          max_new_tokens=int(cfg.get("max_new_tokens") or 128),
+                          meta={k: v for k, v in row.items()
+                                if k not in ("question_id", "category", "turns", "subcategory")}))
+    return out
+
+
+def _builtin(cfg, name):
+    return _from_rows(read_jsonl(DATA / cfg["file"]), cfg, name)
+
+
+def _jsonl(cfg, name):
+    path = cfg.get("path")
+    if not path or path == "???":
+        raise UserError("task=jsonl needs task.path=FILE (a Spec-Bench question.jsonl)")
+    return _from_rows(read_jsonl(Path(str(path)).expanduser()), cfg, name)
+
+
+SOURCES = {"builtin": _builtin, "jsonl": _jsonl}
+
+
+def task_names() -> list[str]:
+    return sorted(p.stem for p in CONF.glob("*.yaml"))
+
+
+def _task_cfg(name: str) -> dict:
+    from omegaconf import OmegaConf
+
+    path = CONF / f"{name}.yaml"
+    if not path.exists():
+        raise UserError(f"task={name!r} is unknown; choose one of: {', '.join(task_names())}")
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
+def load_prompts(cfg: dict, limit: int | None = None) -> list[Prompt]:
+    """Prompts for a task config (a group config expands its `include` list), `limit` per task."""
+    if cfg.get("include"):
+        prompts = []
+        for sub in cfg["include"]:
+            prompts += load_prompts(_task_cfg(sub), limit)
+        return prompts
+    name, source = cfg["name"], cfg.get("source", "builtin")
+    if source not in SOURCES:
+        raise UserError(f"task.source={source!r} is not valid; choose one of: "
+                        f"{', '.join(SOURCES)}")
+    prompts = SOURCES[source](cfg, name)
+    return prompts[:limit] if limit else prompts
