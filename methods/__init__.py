@@ -1,0 +1,10 @@
+"""Speculative decoding methods: one file each, plus one YAML in `conf/method/`.
+
+To add a method `foo`:
+1. `methods/foo.py`: subclass `methods.base.Method`, set `name = "foo"`, override `draft`
+   (and `prefill`, `accept`, `verify` if the drafter keeps state or verifies a tree).
+   Keep per-turn state in `state.aux`; never time anything; never decide when to stop.
+2. `conf/method/foo.yaml`: `_target_: methods.foo.Foo`, `name: foo`, `k: <default>`, knobs.
+Then `python -m bench method=foo` runs it against the interleaved `ar` baseline, and the greedy
+losslessness test in `tests/` should include it.
+"""

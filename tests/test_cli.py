@@ -1,0 +1,134 @@
+"""The command line end to end on a tiny model, and bad input: one line, exit 2, nothing lost."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from bench.metrics import COLUMNS
+from conftest import ROOT, compose
+
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
+
+
+def bench(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+
+
+def tiny_args(target, out, *extra):
+    return ["model=hf", f"model.target={target}", "model.dtype=float32", "device=cpu",
+            "task=code", "limit=2", "max_new_tokens=12", "repeats=2", "warmup=1",
+            f"out={out}", *extra]
+
+
+def test_run_writes_every_output(tiny_target_dir, tmp_path):
+    out = tmp_path / "run"
+    p = bench("method=ngram", "k=3", *tiny_args(tiny_target_dir, out))
+    assert p.returncode == 0, p.stderr
+    for name in ("records.jsonl", "summary.csv", "config.yaml", "env.json"):
+        assert (out / name).exists(), name
+    s = pd.read_csv(out / "summary.csv")
+    assert list(s.columns) == COLUMNS
+    assert s.exact_match.iloc[0] == 1.0 and s.k.iloc[0] == 3
+    recs = [json.loads(line) for line in open(out / "records.jsonl")]
+    assert len(recs) == 2 * 2 * 2  # prompts × roles × repeats (code is single-turn)
+    assert {r["role"] for r in recs} == {"baseline", "method"}
+    env = json.loads((out / "env.json").read_text())
+    assert env["device"] == "cpu" and env["torch"]
+    assert "speedup" in p.stdout
+
+
+def test_dialog_feeds_second_turn(tiny_target_dir, tmp_path):
+    out = tmp_path / "dlg"
+    args = tiny_args(tiny_target_dir, out, "repeats=1")
+    args[4] = "task=dialog"
+    p = bench("method=ngram", *args)
+    assert p.returncode == 0, p.stderr
+    recs = [json.loads(line) for line in open(out / "records.jsonl")]
+    t0 = [r for r in recs if r["turn"] == 0 and r["role"] == "baseline"]
+    t1 = [r for r in recs if r["turn"] == 1 and r["role"] == "baseline"]
+    assert len(t0) == len(t1) == 2
+    assert all(b["prompt_tokens"] > a["prompt_tokens"] + a["new_tokens"] - 2
+               for a, b in zip(t0, t1))
+
+
+def test_sweep_runs_each_job(tiny_target_dir, tmp_path):
+    args = tiny_args(tiny_target_dir, tmp_path / "x", "limit=1", "repeats=1")
+    p = bench("-m", "method=ngram", "k=2,4", *args, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert p.returncode == 0, p.stderr
+    sums = sorted((tmp_path / "sweep").glob("*/summary.csv"))
+    assert len(sums) == 2
+    assert sorted(pd.read_csv(s).k.iloc[0] for s in sums) == [2, 4]
+
+
+BAD = [
+    (["method=eagle"], "method='eagle' is unknown; choose one of: ar, draft, ngram"),
+    (["task=nope"], "task='nope' is unknown"),
+    (["model=nope"], "model='nope' is unknown"),
+    (["tempreature=1"], "unknown setting 'tempreature'"),
+    (["k=0"], "k=0 is not valid"),
+    (["temperature=-1"], "temperature=-1.0 is not valid"),
+    (["max_new_tokens=0"], "max_new_tokens=0 is not valid"),
+    (["model.dtype=float8"], "model.dtype='float8' is not valid; choose one of: float32, bfloat16"),
+    (["device=tpu"], "device='tpu' is unknown"),
+    (["model=hf", "model.target=/nonexistent/model"], "cannot load model '/nonexistent/model'"),
+    (["method=draft"], "method=draft needs a draft model"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD)
+def test_bad_input_is_one_clear_line(args, message, tmp_path):
+    p = bench(*args, "limit=1", f"out={tmp_path / 'o'}")
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("error: ") and message in lines[-1], p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_malformed_jsonl_names_file_and_line(tmp_path):
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"question_id": 1, "category": "qa", "turns": ["hi"]}\n{"question_id": 2,\n')
+    p = bench("task=jsonl", f"task.path={f}", f"out={tmp_path / 'o'}")
+    assert p.returncode == 2
+    assert f"{f}:2: not valid JSON" in p.stderr
+    f.write_text('{"question_id": 1, "category": "qa", "turns": "hi"}\n')
+    p = bench("task=jsonl", f"task.path={f}", f"out={tmp_path / 'o'}")
+    assert f"{f}:1: 'turns' must be a non-empty list of strings" in p.stderr
+
+
+def test_vocab_mismatch_refused(tiny_target_dir, tmp_path):
+    from conftest import save_tiny, tiny_tokenizer
+    d = save_tiny(tmp_path / "other", seed=3)
+    tok = tiny_tokenizer()
+    tok.add_tokens(["zzz"])
+    tok.save_pretrained(d)
+    p = bench("method=draft", f"model.draft={d}", *tiny_args(tiny_target_dir, tmp_path / "o"))
+    assert p.returncode == 2
+    assert "has a different vocabulary from the target" in p.stderr.strip().splitlines()[-1]
+
+
+def test_interrupted_run_keeps_finished_prompts(tiny_target_dir, tmp_path, monkeypatch):
+    """A failure on the second prompt leaves the first prompt's records on disk."""
+    from bench.runner import Runner
+    from methods.ngram import NGram
+
+    cfg = compose(["method=ngram", *tiny_args(tiny_target_dir, tmp_path, "repeats=1"),
+                   "warmup=0"])
+    runner = Runner(cfg, tmp_path)
+    calls = {"n": 0}
+
+    def flaky(self, state):  # the method's second conversation is prompt 2
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(NGram, "start", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+    recs = [json.loads(line) for line in open(tmp_path / "records.jsonl")]
+    assert {r["prompt_id"] for r in recs} == {runner.prompts[0].id}

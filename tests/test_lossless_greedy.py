@@ -1,0 +1,103 @@
+"""At temperature 0 every method reproduces the autoregressive baseline token for token."""
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bench.clock import Clock
+from bench.loop import generate
+from bench.runner import Context, build_method
+from bench.sampling import SamplingParams
+from conftest import tiny_llama
+
+GREEDY = SamplingParams()
+
+
+def make_ctx(target, k=None):
+    return Context(target=target, tokenizer=None, device=torch.device("cpu"),
+                   dtype=torch.float32, model_cfg=OmegaConf.create({"draft": None}), k_override=k)
+
+
+def method(name, ctx, **kw):
+    cfg = {"ar": {"_target_": "methods.ar.AR", "name": "ar", "k": 0},
+           "ngram": {"_target_": "methods.ngram.NGram", "name": "ngram", "k": 4, "min_n": 1,
+                     "max_n": 3},
+           "draft": {"_target_": "methods.draft.Draft", "name": "draft", "k": 4, "model": None}}
+    node = dict(cfg[name], **kw)
+    return build_method(OmegaConf.create(node), ctx)
+
+
+def run(m, prompt, n=40, eos=frozenset()):
+    return generate(m, prompt, n, GREEDY, set(eos), Clock(torch.device("cpu")))
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(0)
+
+
+def prompts(count, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(count):
+        n = int(torch.randint(3, 30, (1,), generator=g))
+        out.append(torch.randint(4, 128, (n,), generator=g).tolist())
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8])
+def test_ngram_reproduces_ar(target, k):
+    ctx = make_ctx(target, k)
+    ar, ng = method("ar", ctx), method("ngram", ctx)
+    drafted = 0
+    for p in prompts(12, seed=k):
+        base, res = run(ar, p), run(ng, p)
+        assert res.output_ids == base.output_ids
+        assert sum(res.accept_lengths) == len(res.output_ids)
+        drafted += res.drafted_tokens
+    assert drafted > 0  # lookup found matches, so accept/reject paths were exercised
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_draft_model_reproduces_ar(target, tiny_draft_dir, k):
+    ctx = make_ctx(target, k)
+    ar, dr = method("ar", ctx), method("draft", ctx, model=str(tiny_draft_dir))
+    rejected = accepted = 0
+    for p in prompts(8, seed=10 + k):
+        base, res = run(ar, p), run(dr, p)
+        assert res.output_ids == base.output_ids
+        accepted += res.accepted_tokens
+        rejected += res.drafted_tokens - res.accepted_tokens
+    assert rejected > 0
+
+
+def test_perfect_draft_accepts_everything(target, tmp_path):
+    target.save_pretrained(tmp_path)  # the target as its own draft: every token accepted
+    ctx = make_ctx(target, 4)
+    ar, dr = method("ar", ctx), method("draft", ctx, model=str(tmp_path))
+    p = prompts(1, seed=99)[0]
+    base, res = run(ar, p, n=41), run(dr, p, n=41)
+    assert res.output_ids == base.output_ids
+    assert res.accepted_tokens == res.drafted_tokens
+    assert res.accept_lengths == [1] + [5] * 8  # prefill token, then k + bonus per round
+    assert res.target_forwards == 9 and base.target_forwards == 41
+
+
+def test_stops_at_eos_and_budget(target):
+    ctx = make_ctx(target, 4)
+    ar, ng = method("ar", ctx), method("ngram", ctx)
+    p = prompts(1, seed=3)[0]
+    full = run(ar, p, n=30)
+    eos = full.output_ids[10]
+    a, b = run(ar, p, n=30, eos={eos}), run(ng, p, n=30, eos={eos})
+    cut = full.output_ids.index(eos) + 1
+    assert a.output_ids == b.output_ids == full.output_ids[:cut]
+    assert a.stop == b.stop == "eos"
+    for n in (1, 2, 7):
+        assert len(run(ng, p, n=n).output_ids) == n
+
+
+def test_ar_tau_is_one(target):
+    res = run(method("ar", make_ctx(target)), prompts(1)[0], n=20)
+    assert res.target_forwards == len(res.output_ids) == 20
