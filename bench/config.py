@@ -87,5 +87,8 @@ def validate(cfg) -> None:
     _need(cfg.check in CHECKS, f"check={cfg.check!r} is not valid; choose one of: {', '.join(CHECKS)}")
     _need(cfg.check != "distribution" or cfg.temperature > 0,
           "check=distribution compares sampled outputs: set temperature > 0")
+    _need(cfg.dist_samples >= 2, f"dist_samples={cfg.dist_samples} is not valid; use an integer >= 2")
+    _need(cfg.dist_positions >= 1,
+          f"dist_positions={cfg.dist_positions} is not valid; use an integer >= 1")
     mk = cfg.method.get("k")
     _need(mk is None or int(mk) >= 0, f"method.k={mk} is not valid; use an integer >= 1")

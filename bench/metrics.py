@@ -10,6 +10,8 @@ Unit of comparison: one prompt × turn. Its time is the median over repeats.
     TTFT           = median time to the first token; TPOT = median (wall − TTFT) ÷ (new − 1)
     memory         = extra weights/buffers held by the method + (method − baseline) peak delta
     exact_match    = fraction of prompts (all turns) whose greedy ids equal the baseline's
+    dist_pvalue    = check=distribution's two-sample p-value, carried on the method records
+                     (bench/distcheck.py, docs/sampling.md); the smallest if several differ
 """
 from __future__ import annotations
 

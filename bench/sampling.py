@@ -11,6 +11,8 @@ rule of Leviathan et al. / Chen et al. for a chain of drafted tokens x_1..x_m:
 A drafter without a distribution (n-gram lookup) is a point mass q = onehot(x): the rule becomes
 "accept with probability p(x), else resample from p with x removed". Either way each emitted token
 has marginal p exactly: P(y) = min(p, q)(y) + (1 − Σ min(p, q)) · norm(p − q)+(y) = p(y).
+Trees (several candidates per position) use the same `residual` in `bench.tree`; the rules, their
+proofs and the statistical tests that guard them are in docs/sampling.md.
 """
 from __future__ import annotations
 
@@ -85,12 +87,24 @@ def accept_chain(p: torch.Tensor, draft: torch.Tensor, q: torch.Tensor | None,
         rejected = (~ok).nonzero()
         if rejected.numel():
             n = int(rejected[0])
-            qn = torch.zeros_like(p[n]) if q is None else q[n]
-            if q is None:
-                qn[draft[n]] = 1.0
-            residual = (p[n] - qn).clamp_min(0)
-            total = residual.sum()
-            if total <= 0:  # p == q: cannot reject in exact arithmetic; guard against rounding
-                return n, sample(p[n], generator)
-            return n, sample(residual / total, generator)
+            qn = point_mass(draft[n], p.shape[-1], p) if q is None else q[n]
+            return n, sample(residual(p[n], qn), generator)
     return m, sample(p[m], generator)
+
+
+def point_mass(token, vocab: int, like: torch.Tensor) -> torch.Tensor:
+    """onehot(token) as a (V,) distribution: the q of a drafter that proposes without sampling."""
+    q = torch.zeros(vocab, dtype=like.dtype, device=like.device)
+    q[token] = 1.0
+    return q
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p − q)) for (V,) p, q: what to sample from after rejecting a draw from q.
+
+    Point mass q = onehot(x): p with x zeroed, renormalised. If p ≤ q everywhere (p == q), a
+    rejection has probability 0 in exact arithmetic; after rounding we fall back to p.
+    """
+    r = (p - q).clamp_min(0)
+    total = r.sum()
+    return r / total if total > 0 else p

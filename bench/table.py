@@ -18,7 +18,8 @@ def print_summary(summary: pd.DataFrame, title: str, console: Console | None = N
     console = console or Console()
     t = Table(title=title, title_justify="left")
     for col in ("task", "method", "k", "T", "prompts", "tok/s", "base tok/s", "speedup",
-                "95% CI", "τ", "α", "draft %", "mem MB", "TTFT ms", "TPOT ms", "exact"):
+                "95% CI", "τ", "α", "draft %", "mem MB", "TTFT ms", "TPOT ms", "exact",
+                "dist p"):
         t.add_column(col, justify="left" if col in ("task", "method") else "right")
     for r in summary.itertuples():
         t.add_row(str(r.task), str(r.method), str(r.k), _f(r.temperature, "{:g}"),
@@ -27,5 +28,6 @@ def print_summary(summary: pd.DataFrame, title: str, console: Console | None = N
                   f"{_f(r.speedup_ci_low)}–{_f(r.speedup_ci_high)}", _f(r.tau),
                   _f(r.acceptance_rate), _f(r.draft_overhead * 100, "{:.0f}"),
                   _f(r.memory_overhead_mb, "{:.1f}"), _f(r.ttft_ms, "{:.0f}"),
-                  _f(r.tpot_ms, "{:.1f}"), _f(r.exact_match, "{:.2f}"))
+                  _f(r.tpot_ms, "{:.1f}"), _f(r.exact_match, "{:.2f}"),
+                  _f(r.dist_pvalue, "{:.3g}"))
     console.print(t)

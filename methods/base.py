@@ -4,7 +4,8 @@ The decode loop (`bench.loop`) calls, per turn, `start` and `prefill` once, then
 `draft`, `verify`, `accept` per round, timing each call as its phase. A method never times itself
 and never decides when generation stops. The defaults here implement chain speculation against
 the target; a drafter overrides `draft` (and `prefill`/`accept` if it keeps state), a tree method
-overrides `verify` and `accept` as well.
+overrides `verify` and `accept` as well, accepting with `bench.tree.accept_tree` (T > 0) or
+`accept_tree_greedy` (T = 0). Sampling rules and their proofs: docs/sampling.md.
 """
 from __future__ import annotations
 

@@ -1,0 +1,124 @@
+"""`check=distribution`: a two-sample test, in every T > 0 run, that the method samples the
+baseline's distribution.
+
+    python -m bench method=ngram temperature=1 check=distribution
+
+The runner calls `run` once, after warm-up and before the timed prompts. On the first prompt's
+first turn the baseline (`ar`) and the method each draw `dist_samples` continuations of
+`dist_positions` tokens through `bench.loop.generate`, each continuation from its own seed
+(the two sides never share a seed, so their samples are independent). For each position j a
+two-sample chi-square test on the 2 × C table of counts compares the token y_j, and for j ≥ 2
+also the prefix (y_1..y_j), which catches a sampler whose marginals look right while the tokens
+depend on each other wrongly (argmax after a sampled first token). Categories too rare for every
+expected count to reach 5 are pooled into one bin; a continuation that stopped at EOS shows the
+token END at later positions. The run's p-value is Bonferroni's min(1, m · min_i p_i) over the
+m = 2J − 1 tests. It is written on every method record (`dist_pvalue`, hence summary.csv); the
+evidence — each test's p-value and bins, token counts per position, what the method drafted and
+accepted — goes to distcheck.json. A small p-value says the method's outputs are distributed
+differently from the baseline's: a sampling bug, whatever the speedup. docs/sampling.md has the
+details and the test's power.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import torch
+from scipy.stats import chi2_contingency
+
+from bench.errors import UserError
+from bench.loop import generate
+
+END = -1  # the "token" at positions after an EOS
+MIN_EXPECTED = 5.0
+
+
+def two_sample_pvalue(a: list, b: list) -> tuple[float, int]:
+    """Chi-square test that samples a and b come from one distribution → (p-value, bins used).
+
+    Categories are tokens or tuples of tokens. Expected count of category c on side i:
+    n_i · (a_c + b_c) / (n_a + n_b). Categories whose smaller expected count is < 5 share one
+    pooled bin (merged into the rarest kept category if the pool is itself too small). Fewer
+    than two bins: nothing to tell apart, p = 1.
+    """
+    ca, cb = Counter(a), Counter(b)
+    n_min, total = min(len(a), len(b)), len(a) + len(b)
+    if n_min == 0:
+        return 1.0, 0
+    cols = sorted(set(ca) | set(cb), key=lambda t: (-(ca[t] + cb[t]), t))
+    enough = [t for t in cols if (ca[t] + cb[t]) * n_min / total >= MIN_EXPECTED]
+    rows = [[ca[t] for t in enough], [cb[t] for t in enough]]
+    kept = set(enough)
+    rest = [t for t in cols if t not in kept]
+    if rest:
+        pa, pb = sum(ca[t] for t in rest), sum(cb[t] for t in rest)
+        if (pa + pb) * n_min / total >= MIN_EXPECTED or not enough:
+            rows[0].append(pa)
+            rows[1].append(pb)
+        else:  # pool too small on its own: fold it into the rarest kept bin
+            rows[0][-1] += pa
+            rows[1][-1] += pb
+    if len(rows[0]) < 2:
+        return 1.0, len(rows[0])
+    return float(chi2_contingency(rows, correction=False).pvalue), len(rows[0])
+
+
+def bonferroni(pvalues: list[float]) -> float:
+    """One p-value for "every test agrees": min(1, m · min_i p_i) over m tests."""
+    return min(1.0, len(pvalues) * min(pvalues)) if pvalues else 1.0
+
+
+def continuations(runner, method, ids: list[int], role: str, prompt_id: str) -> tuple[list, dict]:
+    """`dist_samples` continuations of `dist_positions` tokens, padded with END after an EOS."""
+    from bench.runner import seed_for
+
+    cfg = runner.cfg
+    n, positions = int(cfg.dist_samples), int(cfg.dist_positions)
+    out, drafted, accepted = [], 0, 0
+    for s in range(n):
+        gen = torch.Generator(device=runner.device)
+        gen.manual_seed(seed_for(int(cfg.seed), f"{prompt_id}/distcheck/{role}", s))
+        res = generate(method, ids, positions, runner.sampling, runner.eos, runner.clock, gen,
+                       runner.device)
+        out.append(res.output_ids + [END] * (positions - len(res.output_ids)))
+        drafted += res.drafted_tokens
+        accepted += res.accepted_tokens
+    return out, {"drafted_tokens": drafted, "accepted_tokens": accepted}
+
+
+def run(runner) -> float:
+    """Draw both sides, test each position, write distcheck.json; → the run's p-value."""
+    from bench.runner import encode
+
+    cfg = runner.cfg
+    if int(cfg.dist_samples) < 2 or int(cfg.dist_positions) < 1:
+        raise UserError(f"dist_samples={cfg.dist_samples}, dist_positions={cfg.dist_positions}: "
+                        "check=distribution needs dist_samples >= 2 and dist_positions >= 1")
+    prompt = runner.prompts[0]
+    ids = encode(runner.tokenizer, [{"role": "user", "content": prompt.turns[0]}],
+                 bool(cfg.model.chat_template))
+    base, _ = continuations(runner, runner.baseline, ids, "baseline", prompt.id)
+    meth, stats = continuations(runner, runner.method, ids, "method", prompt.id)
+    tests = []
+    for j in range(int(cfg.dist_positions)):
+        p, bins = two_sample_pvalue([s[j] for s in base], [s[j] for s in meth])
+        tests.append({"test": f"token {j + 1}", "pvalue": p, "bins": bins})
+        if j:
+            p, bins = two_sample_pvalue([tuple(s[: j + 1]) for s in base],
+                                        [tuple(s[: j + 1]) for s in meth])
+            tests.append({"test": f"prefix 1..{j + 1}", "pvalue": p, "bins": bins})
+    pvalue = bonferroni([t["pvalue"] for t in tests])
+    evidence = {
+        "prompt_id": prompt.id, "turn": 0, "prompt_tokens": len(ids),
+        "samples": int(cfg.dist_samples), "positions": int(cfg.dist_positions),
+        "method": runner.method.name, "baseline": runner.baseline.name,
+        "temperature": float(cfg.temperature), "top_k": int(cfg.top_k), "top_p": float(cfg.top_p),
+        "dist_pvalue": pvalue, "tests": tests, **stats,
+        "counts_per_position": [
+            {role: {str(t): c for t, c in Counter(s[j] for s in side).most_common()}
+             for role, side in (("baseline", base), ("method", meth))}
+            for j in range(int(cfg.dist_positions))],
+    }
+    runner.out.mkdir(parents=True, exist_ok=True)
+    (runner.out / "distcheck.json").write_text(json.dumps(evidence, indent=1))
+    return pvalue

@@ -1,0 +1,153 @@
+"""Sampled runs: seeded reproducibility, and `check=distribution` catching a wrong sampler.
+
+The tiny random models are close to uniform over their 128 tokens, so the run-level checks use
+top_k=8: a few hundred samples then spread over few enough tokens for the chi-square test to have
+power. Their draft is the target cut to its first layer, so that drafts are accepted and rejected.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import pytest
+import torch
+
+from bench.clock import Clock
+from bench.distcheck import END, bonferroni, two_sample_pvalue
+from bench.loop import generate
+from bench.runner import execute
+from bench.sampling import SamplingParams
+from conftest import compose, tiny_tokenizer
+from methods.base import Method
+from methods.ngram import NGram
+from test_lossless_greedy import make_ctx, method, prompts
+
+
+def tiny_run(target, out, *extra):
+    return ["model=hf", f"model.target={target}", "model.dtype=float32", "device=cpu",
+            "task=code", "limit=1", "max_new_tokens=8", "repeats=1", "warmup=0",
+            "temperature=1", "top_k=8", "check=distribution", "dist_samples=200",
+            "dist_positions=3", f"out={out}", *extra]
+
+
+@pytest.fixture(scope="module")
+def cut_draft_dir(tiny_target_dir, tmp_path_factory):
+    """The tiny target's first layer alone: a draft that agrees with the target in part."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(tiny_target_dir)
+    model.model.layers = model.model.layers[:1]
+    model.config.num_hidden_layers = 1
+    out = tmp_path_factory.mktemp("cut_draft")
+    model.save_pretrained(out)
+    tiny_tokenizer().save_pretrained(out)
+    return out
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models: on a shared 2-core machine a second torch thread only waits (50× slower)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# --- the two-sample test itself ---------------------------------------------------------------
+
+def test_two_sample_pvalue_same_and_different():
+    rng = random.Random(0)
+    tokens, weights = [1, 2, 3, 4, 5, END], [30, 25, 20, 15, 9, 1]
+    a = rng.choices(tokens, weights, k=2000)
+    b = rng.choices(tokens, weights, k=2000)
+    p, bins = two_sample_pvalue(a, b)
+    assert p > 0.01 and bins == 6
+    shifted = rng.choices(tokens, [20, 35, 20, 15, 9, 1], k=2000)
+    assert two_sample_pvalue(a, shifted)[0] < 1e-6
+
+
+def test_two_sample_pools_rare_tokens():
+    a = [0] * 50 + [1] * 50 + list(range(100, 110))  # ten singletons: one pooled bin
+    b = [0] * 50 + [1] * 50 + list(range(200, 210))
+    p, bins = two_sample_pvalue(a, b)
+    assert bins == 3 and p > 0.5  # pooled, the tails look alike (they are both "rare")
+    assert two_sample_pvalue([7] * 40, [7] * 40) == (1.0, 1)  # nothing to tell apart
+    assert two_sample_pvalue(list(range(40)), list(range(40, 80)))[1] == 1  # all rare → 1 bin
+    assert bonferroni([0.2, 0.004, 0.5]) == pytest.approx(0.012)
+    assert bonferroni([0.9, 0.5]) == 1.0
+
+
+def test_two_sample_power():
+    """What docs/sampling.md claims for 200 samples per side at the run's 0.01 over 5 tests."""
+    rng = random.Random(0)
+    base = [0.4, 0.25, 0.15, 0.1, 0.1]
+
+    def caught(shift, trials=300):
+        other = [base[0] - shift, base[1] + shift] + base[2:]
+        return sum(bonferroni([two_sample_pvalue(rng.choices(range(5), base, k=200),
+                                                 rng.choices(range(5), other, k=200))[0]] * 5)
+                   < 0.01 for _ in range(trials)) / trials
+    assert caught(0.0) <= 0.02
+    assert 0.05 <= caught(0.1) <= 0.2
+    assert 0.75 <= caught(0.2) <= 0.95
+
+
+# --- seeded reproducibility -------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["ngram", "draft"])
+def test_same_seed_same_tokens(name, tiny_draft_dir):
+    from conftest import tiny_llama
+    ctx = make_ctx(tiny_llama(0), 3)
+    m = method(name, ctx, **({"model": str(tiny_draft_dir)} if name == "draft" else {}))
+    sp = SamplingParams(1.0)
+    p = prompts(1, seed=4)[0] * 2  # repeated, so n-gram lookup finds drafts
+
+    def tokens(seed):
+        g = torch.Generator().manual_seed(seed)
+        res = generate(m, p, 24, sp, set(), Clock(torch.device("cpu")), g)
+        assert res.drafted_tokens > 0
+        return res.output_ids
+    assert tokens(7) == tokens(7) == tokens(7)
+    assert tokens(7) != tokens(8)
+
+
+# --- the run-level check ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["ngram", "draft"])
+def test_check_distribution_passes_a_lossless_method(name, tiny_target_dir, cut_draft_dir,
+                                                     tmp_path):
+    extra = [f"model.draft={cut_draft_dir}"] if name == "draft" else []
+    summary, _, _ = execute(compose([f"method={name}", *tiny_run(tiny_target_dir, tmp_path,
+                                                                  *extra)]), tmp_path)
+    ev = json.loads((tmp_path / "distcheck.json").read_text())
+    assert ev["samples"] == 200
+    assert [t["test"] for t in ev["tests"]] == ["token 1", "token 2", "prefix 1..2", "token 3",
+                                                 "prefix 1..3"]
+    # up to 1..2 there are enough samples to compare (1..3 is spread too thin: pooled, p = 1)
+    assert min(t["bins"] for t in ev["tests"][:3]) >= 3
+    assert 0 < ev["accepted_tokens"] < ev["drafted_tokens"]  # both accept and reject happened
+    assert summary.dist_pvalue.iloc[0] == pytest.approx(ev["dist_pvalue"])
+    assert summary.dist_pvalue.iloc[0] > 0.01
+    recs = [json.loads(line) for line in open(tmp_path / "records.jsonl")]
+    assert {r["dist_pvalue"] for r in recs if r["role"] == "method"} == {ev["dist_pvalue"]}
+
+
+def test_check_distribution_catches_argmax_at_positive_temperature(tiny_target_dir, tmp_path,
+                                                                   monkeypatch):
+    """The SGLang-style bug: the method's verification takes argmax although T > 0."""
+    def argmax_accept(self, state, proposal, logits):
+        return Method.accept(self, dataclasses.replace(state, sampling=SamplingParams()),
+                             proposal, logits)
+    monkeypatch.setattr(NGram, "accept", argmax_accept)
+    summary, _, _ = execute(compose(["method=ngram", *tiny_run(tiny_target_dir, tmp_path)]),
+                            tmp_path)
+    assert summary.dist_pvalue.iloc[0] < 1e-3
+
+
+def test_check_distribution_seeds_are_reproducible(tiny_target_dir, tmp_path):
+    runs = []
+    for d in ("a", "b"):
+        execute(compose(["method=ngram", *tiny_run(tiny_target_dir, tmp_path / d,
+                                                   "dist_samples=30")]), tmp_path / d)
+        runs.append(json.loads((tmp_path / d / "distcheck.json").read_text()))
+    assert runs[0]["counts_per_position"] == runs[1]["counts_per_position"]
