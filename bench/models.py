@@ -89,9 +89,17 @@ def _convert_gguf(src: Path, gguf_file: str, out: Path) -> None:
     tmp.rename(out)
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
 def resolve_path(path: str) -> str:
+    """embedded:NAME → its converted directory; a relative path missing from the working
+    directory is looked up under the project root (where shipped artifacts live)."""
     if path.startswith("embedded:"):
         return str(embedded_dir(path.split(":", 1)[1]))
+    p = Path(path).expanduser()
+    if not p.is_absolute() and not p.exists() and (ROOT / p).exists():
+        return str(ROOT / p)
     return path
 
 

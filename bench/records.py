@@ -27,7 +27,7 @@ def record(runner, prompt, method, role, repeat, turn, prompt_ids, res, peak, ve
     return {
         "task": prompt.task, "category": prompt.category, "subcategory": prompt.subcategory,
         "prompt_id": prompt.id, "turn": turn, "repeat": repeat, "role": role,
-        "method": cfg.method.name, "method_run": method.name, "k": runner.k,
+        "method": runner.method.name, "method_run": method.name, "k": runner.k,
         "temperature": float(cfg.temperature), "top_k": int(cfg.top_k), "top_p": float(cfg.top_p),
         "device": runner.device.type, "dtype": str(cfg.model.dtype), "model": cfg.model.name,
         "prompt_tokens": res.n_prompt, "new_tokens": new, "stop": res.stop,

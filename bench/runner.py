@@ -39,9 +39,11 @@ class Context:
     model_cfg: DictConfig
     k_override: int | None = None
 
-    def k(self, method_cfg) -> int:
-        """The draft length: top-level `k` when given, else the method's own default."""
-        return int(self.k_override if self.k_override is not None else method_cfg.k)
+    def k(self, method_cfg) -> int | None:
+        """The draft length: top-level `k` when given, else the method's own default (which a
+        tree method may leave None: its tree's own depth)."""
+        k = self.k_override if self.k_override is not None else method_cfg.get("k")
+        return None if k is None else int(k)
 
 
 def build_method(method_cfg, ctx: Context):
@@ -136,6 +138,9 @@ class Runner:
         writer = rec.RecordWriter(self.out)
         writer.write_env(self)
         self.warmup()
+        if cfg.check == "distribution":  # T > 0: does the method sample the baseline's law?
+            from bench import distcheck
+            self.dist_pvalue = distcheck.run(self)
         task_id = progress.add_task(f"{cfg.method.name} k={self.k}", total=len(self.prompts)) \
             if progress else None
         for i, prompt in enumerate(self.prompts):
@@ -161,7 +166,7 @@ class Runner:
         out = []
         for (b_ids, b_res, _), (m_ids, m_res, _) in zip(runs["baseline"][0], runs["method"][0]):
             if not self.sampling.greedy:
-                out.append({"verdict": None})
+                out.append({"verdict": None, "dist_pvalue": getattr(self, "dist_pvalue", None)})
                 continue
             out.append(compare(self.target, b_ids, b_res.output_ids, m_res.output_ids,
                                float(self.cfg.tie_tolerance), self.device))
@@ -169,7 +174,8 @@ class Runner:
 
 
 def execute(cfg: DictConfig, out: Path, progress=None):
-    """Validate, run, and write summary.csv; returns (summary DataFrame, records path)."""
+    """Validate, run, write summary.csv and answers/; returns (summary, records path, runner)."""
+    from bench.answers import write_answers
     from bench.config import validate
     from bench.metrics import summarize
 
@@ -178,4 +184,5 @@ def execute(cfg: DictConfig, out: Path, progress=None):
     path = runner.run(progress)
     summary = summarize(rec.load(path))
     summary.to_csv(out / "summary.csv", index=False)
+    write_answers(out, path, runner.tokenizer, str(cfg.model.name))  # Spec-Bench's answer format
     return summary, path, runner

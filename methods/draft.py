@@ -7,11 +7,14 @@ one forward at a time, sampling from q = probs(draft logits) with the target's s
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from bench import kvcache
 from bench.errors import UserError
-from bench.models import check_same_vocab, load_model
+from bench.models import check_same_vocab, load_model, resolve_path
+from bench.train import draftmodel
 from bench.sampling import next_token, probs, sample
 from methods.base import Accepted, Method, Proposal
 
@@ -25,11 +28,16 @@ class Draft(Method):
         path = cfg.get("model") or ctx.model_cfg.get("draft")
         if not path:
             raise UserError("method=draft needs a draft model: set model.draft=<HF id or directory>")
-        self.model, tok = load_model(str(path), ctx.device, ctx.dtype)
-        check_same_vocab(ctx.tokenizer, tok, ctx.target, self.model, str(path))
+        local = Path(resolve_path(str(path)))
+        if draftmodel.is_distilled(local):  # our distilled format: shares the target's embeddings
+            self.model = draftmodel.load(local, ctx.target, ctx.dtype)
+        else:
+            self.model, tok = load_model(str(path), ctx.device, ctx.dtype)
+            check_same_vocab(ctx.tokenizer, tok, ctx.target, self.model, str(path))
         self.vocab = ctx.target.config.vocab_size
 
     def extra_bytes(self, state=None) -> int:
+        # parameters and buffers only: a distilled draft's shared embeddings are the target's
         n = sum(t.numel() * t.element_size() for t in self.model.parameters())
         n += sum(t.numel() * t.element_size() for t in self.model.buffers())
         if state is not None and "draft_cache" in state.aux:

@@ -67,7 +67,7 @@ def test_sweep_runs_each_job(tiny_target_dir, tmp_path):
 
 
 BAD = [
-    (["method=eagle"], "method='eagle' is unknown; choose one of: ar, draft, ngram"),
+    (["method=eagle"], "method='eagle' is unknown; choose one of: ar, draft, medusa, ngram"),
     (["task=nope"], "task='nope' is unknown"),
     (["model=nope"], "model='nope' is unknown"),
     (["tempreature=1"], "unknown setting 'tempreature'"),

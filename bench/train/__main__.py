@@ -1,0 +1,73 @@
+"""Train a drafter: `python -m bench.train drafter=medusa [key=value ...]` (Hydra).
+
+1. self-distillation data (cached): the target answers the training prompts;
+2. training with checkpoints (resumed when present) and a held-out evaluation;
+3. the artifact in its published layout under `out` (default artifacts/<model>/<drafter>/).
+Checkpoints and logs go to the Hydra run dir under $SPECSWEEP_CACHE/train/<drafter>/.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from bench.errors import UserError
+
+SPECS = ("medusa", "draft")
+
+
+def run(cfg: DictConfig) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from bench.models import load_model
+    from bench.train import distill, loop, specs
+
+    name = cfg.drafter.name
+    if name not in SPECS:
+        raise UserError(f"drafter={name!r} cannot be trained yet; choose one of: {', '.join(SPECS)}")
+    work = Path(HydraConfig.get().runtime.output_dir)
+    out = Path(cfg.out)
+    t0 = time.time()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True)) as progress:
+        data = distill.build(cfg.model, Path(cfg.prompts), int(cfg.max_new_tokens),
+                             list(cfg.layers), cfg.dtype, int(cfg.batch), cfg.limit, progress)
+        t_data = time.time() - t0
+        target, _ = load_model(cfg.model, torch.device("cpu"), getattr(torch, cfg.dtype))
+        d = cfg.drafter
+        if name == "medusa":
+            spec = specs.MedusaSpec(data, target, int(d.num_heads), int(d.num_layers),
+                                    int(d.batch_size), float(cfg.holdout), str(cfg.model))
+        else:
+            spec = specs.DraftSpec(data, target, int(d.num_layers), int(d.vocab_size),
+                                   int(d.batch_size), float(cfg.holdout), str(cfg.model))
+        result = loop.train(spec, work, int(d.steps), float(d.lr), int(d.warmup),
+                            int(d.ckpt_every), int(d.eval_every), int(cfg.seed),
+                            bool(cfg.resume), progress)
+    spec.save(out, result)
+    (out / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    summary = {"drafter": name, "data_seconds": round(t_data, 1),
+               "total_seconds": round(time.time() - t0, 1), **result,
+               "artifact_bytes": sum(f.stat().st_size for f in out.iterdir())}
+    (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+
+
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""The distilled draft model: a few transformer layers over the target's own embeddings, and a
+reduced-vocabulary head.
+
+    embeddings  shared with the target (not stored; V × H)
+    layers      `num_layers` LlamaDecoderLayers (transformers' LlamaModel, used as is),
+                initialised from the target's first layers
+    head        (V_d, H) over the V_d most frequent tokens of the distillation answers;
+                `d2t[i]` is the target id of draft token i (EAGLE-3's convention)
+`forward` returns logits over the full target vocabulary (−inf outside the draft vocabulary), so
+`methods.draft` treats it like any Hugging Face draft. Stored files: config.json (the
+LlamaConfig), model.safetensors (layers, norm, head, d2t) and specsweep_draft.json.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bench.kvcache import _cache_kwarg
+
+MARKER = "specsweep_draft.json"
+
+
+@dataclass
+class DraftOutput:
+    logits: torch.Tensor
+    hidden_states: tuple | None = None
+
+
+class DistilledDraft(nn.Module):
+    def __init__(self, config, embed: torch.Tensor, d2t: torch.Tensor):
+        super().__init__()
+        from transformers import LlamaModel
+
+        self.config = config
+        self.model = LlamaModel(config)
+        del self.model.embed_tokens  # the target's embeddings are passed in, never copied
+        self.embed = embed.detach()  # (V, H), frozen, shared with the target (same storage)
+        self.register_buffer("d2t", d2t.long())
+        self.head = nn.Linear(config.hidden_size, d2t.numel(), bias=False)
+        self.vocab = embed.shape[0]
+
+    def forward(self, input_ids, cache=None, use_cache=True, logits_to_keep=0, position_ids=None,
+                attention_mask=None, output_hidden_states=False, **_):
+        h = nn.functional.embedding(input_ids, self.embed)
+        kw = {_cache_kwarg(type(self.model)): cache}
+        out = self.model(inputs_embeds=h, use_cache=use_cache, position_ids=position_ids,
+                         attention_mask=attention_mask, **kw)
+        x = out.last_hidden_state
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        small = self.head(x)  # (1, n, V_d)
+        full = small.new_full((*small.shape[:-1], self.vocab), float("-inf"))
+        return DraftOutput(logits=full.index_copy(-1, self.d2t, small))
+
+    def small_logits(self, input_ids, attention_mask=None) -> torch.Tensor:
+        """Training view: (B, L, V_d) logits without scattering to the full vocabulary."""
+        h = nn.functional.embedding(input_ids, self.embed)
+        return self.head(self.model(inputs_embeds=h, attention_mask=attention_mask,
+                                    use_cache=False).last_hidden_state)
+
+    def stored_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.state_dict().values())
+
+
+def from_target(target, num_layers: int, d2t: torch.Tensor) -> DistilledDraft:
+    """A draft initialised from the target's first layers, final norm and LM-head rows."""
+    import copy
+
+    cfg = copy.deepcopy(target.config)
+    cfg.num_hidden_layers = num_layers
+    if hasattr(cfg, "layer_types") and cfg.layer_types:
+        cfg.layer_types = cfg.layer_types[:num_layers]
+    draft = DistilledDraft(cfg, target.get_input_embeddings().weight.detach(), d2t)
+    for i in range(num_layers):
+        draft.model.layers[i].load_state_dict(target.model.layers[i].state_dict())
+    draft.model.norm.load_state_dict(target.model.norm.state_dict())
+    draft.head.weight.data.copy_(target.get_output_embeddings().weight.detach()[d2t])
+    return draft.float()
+
+
+def save(draft: DistilledDraft, out: Path, base: str, dtype=torch.bfloat16, extra=None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(dtype if v.is_floating_point() else v.dtype).contiguous()
+             for k, v in draft.state_dict().items()}
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    draft.config.save_pretrained(out)
+    meta = {"base_model_name_or_path": base, "draft_vocab_size": int(draft.d2t.numel()),
+            "num_layers": draft.config.num_hidden_layers, "shares_target_embeddings": True}
+    meta.update(extra or {})
+    (out / MARKER).write_text(json.dumps(meta, indent=2))
+
+
+def is_distilled(path: Path) -> bool:
+    return (Path(path) / MARKER).exists()
+
+
+def load(path: Path, target, dtype: torch.dtype) -> DistilledDraft:
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(path)
+    state = load_file(str(Path(path) / "model.safetensors"))
+    draft = DistilledDraft(cfg, target.get_input_embeddings().weight, state["d2t"])
+    draft.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v
+                           for k, v in state.items()})
+    return draft.to(dtype).to(target.device).eval().requires_grad_(False)

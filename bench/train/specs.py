@@ -1,0 +1,138 @@
+"""Training specs: how each drafter turns distillation data into batches, a loss and a file.
+
+A spec exposes `module`, `batches(split, rng)`, `step_loss(batch)` and `save(out)` for
+`bench.train.loop.train`. The held-out split is chosen per training prompt (hash of its id), so
+no prompt contributes to both splits.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from bench.train import medusa
+
+
+def is_heldout(prompt_id: str, fraction: float) -> bool:
+    h = int.from_bytes(hashlib.sha256(prompt_id.encode()).digest()[:4], "little")
+    return (h % 10_000) < fraction * 10_000
+
+
+class MedusaSpec:
+    """Positions t of every answer: input h_t (last hidden state), labels ids[t + 2 + i]."""
+
+    def __init__(self, data: list[dict], target, num_heads: int, num_layers: int,
+                 batch_size: int, holdout: float, base: str):
+        self.lm_head = target.lm_head.weight.detach().float()
+        self.module = medusa.MedusaHeads(self.lm_head.shape[1], num_heads, num_layers)
+        self.batch_size, self.base = batch_size, base
+        parts = {"train": ([], []), "eval": ([], [])}
+        for seq in data:
+            pos, lab = medusa.labels_for(seq["ids"], seq["start"], num_heads)
+            split = "eval" if is_heldout(seq["id"], holdout) else "train"
+            parts[split][0].append(seq["hidden"][-1][pos])
+            parts[split][1].append(lab)
+        self.h = {k: torch.cat(v[0]) for k, v in parts.items() if v[0]}
+        self.labels = {k: torch.cat(v[1], dim=1) for k, v in parts.items() if v[1]}
+
+    def sizes(self) -> dict:
+        return {k: v.shape[0] for k, v in self.h.items()}
+
+    def batches(self, split: str, rng: torch.Generator | None):
+        n = self.h[split].shape[0]
+        order = torch.randperm(n, generator=rng) if rng is not None else torch.arange(n)
+        for b in range(0, n - self.batch_size + 1 if rng is not None else n, self.batch_size):
+            idx = order[b : b + self.batch_size]
+            yield self.h[split][idx].float(), self.labels[split][:, idx]
+
+    def step_loss(self, batch):
+        h, lab = batch
+        return medusa.loss(self.module, h, lab, self.lm_head)
+
+    @torch.no_grad()
+    def rank_accuracy(self, top: int = 10) -> list[list[float]]:
+        """P(label is the head's rank-r candidate) on the held-out split, per head: tree design."""
+        hits = torch.zeros(self.module.num_heads, top)
+        count = torch.zeros(self.module.num_heads)
+        self.module.eval()
+        for h, lab in self.batches("eval", None):
+            logits = self.module.logits(h, self.lm_head)
+            ranks = logits.topk(top, dim=-1).indices  # (heads, B, top)
+            for i in range(self.module.num_heads):
+                ok = lab[i] != -100
+                hits[i] += (ranks[i][ok] == lab[i][ok, None]).float().sum(0)
+                count[i] += ok.sum()
+        return (hits / count.clamp_min(1)[:, None]).round(decimals=4).tolist()
+
+    def save(self, out: Path, eval_result: dict) -> None:
+        medusa.save(self.module, out, self.base,
+                    extra={"rank_accuracy": self.rank_accuracy(), "eval": eval_result,
+                           "train_positions": self.sizes()})
+
+
+class DraftSpec:
+    """Whole sequences; the draft predicts the target's next token over the answer positions.
+
+    Labels are draft-vocabulary ids (t2d of the next token); a next token outside the draft
+    vocabulary is excluded from the loss but counted as a miss in the accuracy.
+    """
+
+    def __init__(self, data: list[dict], target, num_layers: int, vocab_size: int,
+                 batch_size: int, holdout: float, base: str):
+        from bench.train import draftmodel
+
+        self.batch_size, self.base = batch_size, base
+        self.seqs = {"train": [], "eval": []}
+        for seq in data:
+            self.seqs["eval" if is_heldout(seq["id"], holdout) else "train"].append(seq)
+        V = target.config.vocab_size
+        counts = torch.zeros(V, dtype=torch.long)
+        for seq in self.seqs["train"]:
+            counts += torch.bincount(seq["ids"][seq["start"]:].long(), minlength=V)
+        vocab_size = min(vocab_size, V)
+        self.d2t = counts.topk(vocab_size).indices.sort().values
+        self.t2d = torch.full((V,), -1, dtype=torch.long)
+        self.t2d[self.d2t] = torch.arange(vocab_size)
+        self.coverage = float(counts[self.d2t].sum() / counts.sum().clamp_min(1))
+        self.module = draftmodel.from_target(target, num_layers, self.d2t)
+        self.module.requires_grad_(True)
+
+    def sizes(self) -> dict:
+        return {k: sum(len(s["ids"]) - s["start"] for s in v) for k, v in self.seqs.items()}
+
+    def batches(self, split: str, rng: torch.Generator | None):
+        seqs = self.seqs[split]
+        order = torch.randperm(len(seqs), generator=rng).tolist() if rng is not None \
+            else list(range(len(seqs)))
+        for b in range(0, len(order), self.batch_size):
+            group = [seqs[i] for i in order[b : b + self.batch_size]]
+            L = max(len(s["ids"]) for s in group)
+            ids = torch.zeros(len(group), L, dtype=torch.long)
+            mask = torch.zeros(len(group), L, dtype=torch.long)
+            labels = torch.full((len(group), L), -100, dtype=torch.long)
+            for r, s in enumerate(group):
+                n = len(s["ids"])
+                ids[r, :n] = s["ids"].long()
+                mask[r, :n] = 1
+                nxt = s["ids"][s["start"]:].long()  # next tokens of positions start-1 .. n-2
+                labels[r, s["start"] - 1 : n - 1] = self.t2d[nxt]
+            yield ids, mask, labels
+
+    def step_loss(self, batch):
+        ids, mask, labels = batch
+        logits = self.module.small_logits(ids, mask)
+        scored = labels != -100
+        inside = labels >= 0
+        loss = torch.nn.functional.cross_entropy(logits[inside], labels[inside])
+        hit = (logits.argmax(-1) == labels) & inside
+        acc = hit[scored].float().mean()
+        return loss, loss.detach()[None], acc.detach()[None]
+
+    def save(self, out: Path, eval_result: dict) -> None:
+        from bench.train import draftmodel
+
+        draftmodel.save(self.module, out, self.base,
+                        extra={"eval": eval_result, "vocab_coverage": round(self.coverage, 4),
+                               "train_tokens": self.sizes()})

@@ -1,0 +1,124 @@
+"""`medusa`: Medusa heads on the target's last hidden state draft a static tree, verified at once.
+
+Per round: the heads read h (the target's hidden state at the last accepted position, kept in
+state.aux from the previous verify), each head d proposes its top-k tokens for depth d + 1
+below the root (the last committed token), the configured tree picks which (depth, rank)
+candidates to verify, and one tree-masked target forward scores them all (bench.treeattn).
+Acceptance: greedy walks the argmax path; at T > 0 the tree rule (recursive rejection over
+siblings, point-mass candidates) keeps the target's distribution. `acceptance: typical` is
+Medusa's typical acceptance: faster, *lossy*, and reported under the name `medusa-typical`.
+Knobs: heads (directory), num_heads, tree (name | auto | paths), tree_size, k (tree depth).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from bench import kvcache
+from bench.errors import UserError
+from bench.models import resolve_path
+from bench.sampling import probs
+from bench.train import medusa as heads_io
+from bench.tree import Tree, accept_tree, accept_tree_greedy
+from bench.treeattn import TreeLayout, keep_path, verify_tree
+from methods import trees
+from methods.base import Accepted, Method, Proposal
+
+
+class Medusa(Method):
+    name = "medusa"
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        path = cfg.get("heads") or ctx.model_cfg.get("medusa")
+        if not path:
+            raise UserError("method=medusa needs heads: set method.heads=<dir> or model.medusa")
+        path = Path(resolve_path(str(path)))
+        if not (path / "config.json").exists():
+            raise UserError(f"method.heads={str(path)!r} holds no Medusa heads (config.json and "
+                            f"{heads_io.WEIGHTS}); train them with `python -m bench.train "
+                            f"drafter=medusa`")
+        self.heads, hcfg = heads_io.load(path, ctx.dtype)
+        self.heads.to(ctx.device)
+        n = int(cfg.get("num_heads") or self.heads.num_heads)
+        if not 1 <= n <= self.heads.num_heads:
+            raise UserError(f"method.num_heads={n} is not valid; the heads in {path} have "
+                            f"1..{self.heads.num_heads}")
+        depth = int(ctx.k(cfg)) if ctx.k(cfg) else n
+        tree = cfg.get("tree", "auto")
+        tree = OmegaConf.to_container(tree) if OmegaConf.is_config(tree) else tree
+        try:
+            paths = trees.resolve(tree, hcfg.get("rank_accuracy"), int(cfg.get("tree_size", 10)),
+                                  depth, n)
+        except KeyError:
+            raise UserError(f"method.tree={tree!r} is unknown; choose one of: auto, "
+                            f"{', '.join(trees.TREES)}, or a list of paths")
+        except ValueError as e:
+            raise UserError(f"method.tree: {e}")
+        self.layout, order = TreeLayout.from_paths(paths)
+        self.parents = [int(a) - 1 for a in self.layout.parents]  # bench.tree's convention
+        self.node_head = torch.tensor([len(p) - 1 for p in order], device=ctx.device)
+        self.node_rank = torch.tensor([p[-1] for p in order], device=ctx.device)
+        self.topk = int(self.node_rank.max()) + 1
+        self.depth = int(self.layout.depth.max())
+        self.lm_head = ctx.target.get_output_embeddings().weight
+        self.typical = cfg.get("acceptance", "exact") == "typical"
+        if self.typical:
+            self.name, self.lossless = "medusa-typical", False
+            self.posterior_threshold = float(cfg.get("posterior_threshold", 0.09))
+            self.posterior_alpha = float(cfg.get("posterior_alpha", 0.3))
+
+    def extra_bytes(self, state=None) -> int:
+        return self.heads.extra_bytes()
+
+    def prefill(self, state) -> torch.Tensor:
+        out = kvcache.forward(self.target, state.tokens[None], state.cache, logits_to_keep=1,
+                              hidden_states=True)
+        state.aux["hidden"] = out.hidden_states[-1][0, -1]
+        return out.logits[0, -1]
+
+    def draft(self, state) -> Proposal:
+        # head d's logits at h predict the token d + 1 places below the root
+        logits = self.heads.logits(state.aux["hidden"], self.lm_head)  # (heads, V)
+        cand = logits.topk(self.topk, dim=-1).indices  # (heads, topk)
+        return Proposal(tokens=cand[self.node_head, self.node_rank])
+
+    def verify(self, state, proposal):
+        out = verify_tree(self.target, state.last, proposal.tokens, self.layout, state.cache,
+                          hidden_states=True)
+        return out.logits[0], out.hidden_states[-1][0]
+
+    def accept(self, state, proposal, verified) -> Accepted:
+        logits, hidden = verified
+        tokens = proposal.tokens
+        tree = Tree(parents=self.parents, tokens=tokens)  # candidates are point masses
+        if state.sampling.greedy:
+            nodes, nxt = accept_tree_greedy(logits, tree)
+        elif self.typical:
+            nodes, nxt = self._typical(logits, tokens, state)
+        else:
+            nodes, nxt = accept_tree(probs(logits, state.sampling), tree, state.generator)
+        path = [j + 1 for j in nodes]  # node index → row of the verify forward (0 = root)
+        keep_path(state.cache, state.length - 1, path)
+        state.aux["hidden"] = hidden[path[-1] if path else 0]
+        return Accepted(tokens=[int(tokens[j - 1]) for j in path] + [nxt],
+                        n_draft_accepted=len(path), drafted=self.layout.size, depth=self.depth)
+
+    def _typical(self, logits, tokens, state) -> tuple[list[int], int]:
+        """Medusa's typical acceptance (lossy): accept x if p(x) > min(ε, δ·exp(−H(p))).
+        Returns node indices (0-based) like bench.tree."""
+        p = probs(logits, state.sampling)
+        ent = -(p * p.clamp_min(1e-12).log()).sum(-1)
+        thresh = torch.minimum(torch.full_like(ent, self.posterior_threshold),
+                               self.posterior_alpha * torch.exp(-ent))
+        parents, node, path = self.layout.parents.tolist(), 0, []
+        while True:
+            kids = [j + 1 for j, par in enumerate(parents) if par == node
+                    and p[node, tokens[j]] > thresh[node]]
+            if not kids:
+                nxt = int(torch.multinomial(p[node], 1, generator=state.generator))
+                return [j - 1 for j in path], nxt
+            node = max(kids, key=lambda j: float(p[node, tokens[j - 1]]))
+            path.append(node)

@@ -1,0 +1,108 @@
+"""Tree verification on an unmodified model, Medusa heads' file layout, and greedy exactness."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bench import kvcache
+from bench.train import medusa as heads_io
+from bench.treeattn import TreeLayout, keep_path, verify_tree
+from conftest import tiny_llama
+from methods import trees
+from test_lossless_greedy import make_ctx, prompts, run
+from bench.runner import build_method
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(0)
+
+
+def test_tree_nodes_match_sequential_decoding(target):
+    layout, order = TreeLayout.from_paths([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(4, 128, (12,), generator=g)
+    tokens = torch.randint(4, 128, (layout.size,), generator=g)
+    cache = kvcache.new_cache()
+    with torch.no_grad():
+        kvcache.forward(target, prompt[None, :-1], cache)
+        out = verify_tree(target, prompt[-1:], tokens, layout, cache)
+        for j in range(1, layout.size + 1):
+            path, n = [], j
+            while n:
+                path.append(n)
+                n = int(layout.parents[n - 1])
+            seq = torch.cat([prompt, tokens[torch.tensor(path[::-1]) - 1]])
+            ref = target(input_ids=seq[None]).logits[0, -1]
+            assert torch.allclose(ref, out.logits[0, j], atol=1e-5)
+        keep_path(cache, 11, [1, 4])
+        assert kvcache.cache_len(cache) == 14
+
+
+def test_sized_tree_is_prefix_closed_and_best_first():
+    acc = [[0.6, 0.2, 0.1], [0.4, 0.2, 0.1], [0.3, 0.1, 0.05]]
+    paths = trees.sized_tree(acc, 4, 3)
+    assert paths == [[0], [0, 0], [1], [0, 1]]  # 0.6, 0.24, 0.2, 0.12 beat [2] at 0.1
+    deep = trees.sized_tree(acc, 12, 2)
+    assert all(p[:-1] in deep or len(p) == 1 for p in deep) and max(map(len, deep)) == 2
+    TreeLayout.from_paths(paths)
+
+
+def random_heads(hidden, n, seed):
+    torch.manual_seed(seed)
+    h = heads_io.MedusaHeads(hidden, n, 1)
+    for blk in h.blocks:
+        torch.nn.init.normal_(blk[0].linear.weight, std=0.3)
+    return h
+
+
+def test_published_layout_round_trip(tmp_path, target):
+    lm = target.get_output_embeddings().weight.detach()
+    h = random_heads(lm.shape[1], 3, 0)
+    heads_io.save(h, tmp_path / "shared", "tiny", extra={"rank_accuracy": [[0.5]] * 3})
+    heads_io.save(h, tmp_path / "full", "tiny", lm_head=lm, export_full=True)
+    cfg = json.loads((tmp_path / "full" / "config.json").read_text())
+    assert cfg["medusa_num_heads"] == 3 and cfg["medusa_num_layers"] == 1
+    from safetensors.torch import load_file
+    keys = set(load_file(str(tmp_path / "full" / heads_io.WEIGHTS)))
+    assert {"0.0.linear.weight", "0.0.linear.bias", "0.1.weight", "2.1.weight"} <= keys
+    x = torch.randn(4, lm.shape[1])
+    ref = h.logits(x, lm)
+    for d in ("shared", "full"):
+        loaded, _ = heads_io.load(tmp_path / d)
+        assert torch.allclose(loaded.logits(x, lm), ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("tree", ["chain", "small", "medium", "auto"])
+def test_medusa_reproduces_ar(target, tmp_path, tree):
+    lm = target.get_output_embeddings().weight.detach()
+    d = tmp_path / "heads"
+    heads_io.save(random_heads(lm.shape[1], 4, 1), d, "tiny",
+                  extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4})
+    ctx = make_ctx(target)
+    ar = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, ctx)
+    md = build_method(OmegaConf.create({"_target_": "methods.medusa.Medusa", "name": "medusa",
+                                        "k": None, "heads": str(d), "tree": tree,
+                                        "tree_size": 8}), ctx)
+    for p in prompts(6, seed=7):
+        base, res = run(ar, p), run(md, p)
+        assert res.output_ids == base.output_ids
+        assert res.drafted_tokens == md.layout.size * (len(res.accept_lengths) - 1)
+
+
+def test_medusa_sampling_is_seeded(target, tmp_path):
+    from bench.clock import Clock
+    from bench.loop import generate
+    from bench.sampling import SamplingParams
+    lm = target.get_output_embeddings().weight.detach()
+    d = tmp_path / "heads"
+    heads_io.save(random_heads(lm.shape[1], 3, 2), d, "tiny")
+    md = build_method(OmegaConf.create({"_target_": "methods.medusa.Medusa", "name": "medusa",
+                                        "heads": str(d), "tree": "small"}), make_ctx(target))
+    sp = SamplingParams(temperature=1.0)
+    out = [generate(md, prompts(1)[0], 30, sp, set(), Clock(torch.device("cpu")),
+                    torch.Generator().manual_seed(s)).output_ids for s in (5, 5, 6)]
+    assert out[0] == out[1] != out[2] and len(out[0]) == 30
