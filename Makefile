@@ -1,8 +1,9 @@
 # specsweep — make help lists the targets.
 PY ?= python3
 SWEEP ?= -m method=ngram task=core limit=3 repeats=2
+RUNS ?=
 
-.PHONY: help install bench test test-fast hf-compare clean
+.PHONY: help install bench test test-fast hf-compare report gate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -23,6 +24,12 @@ test-fast:  ## tests without the embedded-model smoke run
 
 hf-compare:  ## our ar baseline against transformers generate() on the same prompts
 	$(PY) -m bench.hf_compare
+
+report:  ## charts and tables of every run under results/ (or RUNS=dirs) into reports/index.md
+	$(PY) -m bench.report $(RUNS)
+
+gate:  ## CI regression gate: pinned experiment vs conf/experiment/gate_baseline.json
+	$(PY) -m bench.gate
 
 clean:  ## remove caches (results/ is kept)
 	rm -rf .pytest_cache build *.egg-info

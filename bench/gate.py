@@ -1,0 +1,228 @@
+"""CI regression gate: run the pinned experiment, compare with the committed baseline, exit 1 on
+a drop.
+
+    python -m bench.gate                     # make gate: vs conf/experiment/gate_baseline.json
+    python -m bench.gate --update            # re-measure, rewrite the baseline (commit on purpose)
+    python -m bench.gate --out results/gate  # keep the run directories (default: a temp folder)
+    python -m bench.gate k=1                 # extra overrides after the experiment's own
+
+The experiment (conf/experiment/gate.yaml) lists Hydra overrides; every method in conf/method/
+whose default config runs with them (a method needing a drafter that is not configured is
+skipped) is measured by the normal runner (`bench.runner.execute`), exactly as
+`python -m bench method=<m> <overrides>` would. Verdict rules: bench/gate_rules.py.
+Exit status: 0 pass, 1 regression (or a baseline from another model/dtype/device), 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from bench.config import CONF, check_overrides, group_options, register
+from bench.errors import UserError
+from bench.gate_rules import METRICS, Row, Tolerances, compare, env_problems
+
+EXPERIMENT = CONF / "experiment" / "gate.yaml"
+ENV_KEYS = ("model", "device", "dtype", "cpu", "cpu_count", "gpu", "torch", "transformers",
+            "git_sha")
+
+
+def load_experiment(path: Path) -> dict:
+    if not path.exists():
+        raise UserError(f"gate experiment {str(path)!r} does not exist")
+    exp = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(exp.get("overrides", []), list):
+        raise UserError(f"{path}: 'overrides' must be a list of key=value strings")
+    exp["baseline_path"] = (path.parent / exp.get("baseline", "gate_baseline.json")).resolve()
+    exp["overrides"] = [str(o) for o in exp.get("overrides", [])]
+    exp["run_overrides"] = [_relative_to(path.parent, o) for o in exp["overrides"]]
+    return exp
+
+
+def _relative_to(folder: Path, override: str) -> str:
+    """`task.path=FILE` in an experiment names a file beside the experiment: absolute for the run
+    (the baseline records the overrides as written, so it does not depend on the checkout)."""
+    key, _, value = override.partition("=")
+    if key == "task.path" and value and not Path(value).is_absolute():
+        return f"{key}={(folder / value).resolve()}"
+    return override
+
+
+def method_names(exp: dict) -> list[str]:
+    """'all': every conf/method/*.yaml (so new methods are gated without touching the gate)."""
+    names = exp.get("methods", "all")
+    if names == "all":
+        return group_options("method")
+    unknown = set(names) - set(group_options("method"))
+    if unknown:
+        raise UserError(f"gate methods {sorted(unknown)} are unknown; choose from "
+                        f"{', '.join(group_options('method'))}")
+    return list(names)
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hcompose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    register()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return hcompose("config", overrides=overrides)
+    except HydraException as e:
+        raise UserError(f"gate overrides {overrides}: {str(e).splitlines()[0]}")
+
+
+def overall_row(summary) -> dict:
+    """The task='all' row of a summary (or its only row), as plain floats."""
+    rows = summary[summary.task == "all"] if (summary.task == "all").any() else summary
+    if len(rows) != 1:
+        raise UserError(f"expected one overall summary row, got {len(rows)}")
+    r = rows.iloc[0]
+    out = {}
+    for m in METRICS:
+        v = r.get(m)
+        out[m] = None if v is None or v != v else float(v)
+    return out
+
+
+def run_method(method: str, overrides: list[str], out: Path, progress=None):
+    """(overall row, env) of one run, or (None, reason) when the method's default config
+    cannot run here (e.g. it needs a drafter that is not configured); errors once the run
+    has started measuring propagate."""
+    from bench.runner import execute
+
+    cfg = compose([f"method={method}", *overrides, f"out='{out}'"])
+    try:
+        summary, _, _ = execute(cfg, out, progress)
+    except UserError as e:
+        if (out / "records.jsonl").exists():
+            raise
+        return None, str(e)
+    env = json.loads((out / "env.json").read_text())
+    return overall_row(summary), {k: env.get(k) for k in ENV_KEYS}
+
+
+def measure(exp: dict, extra: list[str], out: Path) -> tuple[dict, dict, dict]:
+    """Run every gated method; returns (rows by method, skipped reasons, env of the last run)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    overrides = [*exp["run_overrides"], *extra]
+    check_overrides(overrides)
+    now, skipped, env = {}, {}, {}
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        for method in method_names(exp):
+            row, info = run_method(method, overrides, out / method, progress)
+            if row is None:
+                skipped[method] = info
+                console.print(f"[dim]skipped {method}: {info}[/dim]")
+            else:
+                now[method], env = row, info
+    if not now:
+        raise UserError("no method ran: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
+    return now, skipped, env
+
+
+def write_baseline(path: Path, exp_path: Path, overrides: list[str], now: dict, skipped: dict,
+                   env: dict) -> None:
+    doc = {"written_by": "python -m bench.gate --update", "experiment": str(exp_path.name),
+           "overrides": overrides,
+           "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "env": env, "methods": now, "skipped": skipped}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _fmt(row: Row, v) -> str:
+    if v is None:
+        return "–"
+    return f"{v:.2f}" if row.metric == "exact_match" else f"{v:.3f}"
+
+
+def print_table(rows: list[Row], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col in ("method", "metric", "baseline", "now", "change", "rule", "verdict"):
+        t.add_column(col, justify="right" if col in ("baseline", "now", "change") else "left")
+    for r in rows:
+        ch = r.change
+        change = "–" if ch is None else (f"{ch:+.2f}" if r.metric == "exact_match"
+                                         else f"{ch:+.1%}")
+        style = "bold red" if r.failed else "green" if r.verdict in ("ok", "better") else "yellow"
+        t.add_row(r.method, r.metric, _fmt(r, r.baseline), _fmt(r, r.now), change, r.rule,
+                  f"[{style}]{r.verdict}[/{style}]")
+    Console(width=None if sys.stdout.isatty() else 160).print(t)
+
+
+def gate(exp_path: Path, extra: list[str], update: bool, out: Path | None,
+         baseline_path: Path | None = None) -> int:
+    exp = load_experiment(exp_path)
+    bpath = baseline_path or exp["baseline_path"]
+    tol = Tolerances.from_dict(exp)
+    if not update and not bpath.exists():
+        raise UserError(f"no gate baseline at {bpath}: record one with `python -m bench.gate "
+                        "--update` and commit it")
+    start = time.perf_counter()
+    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    with tempfile.TemporaryDirectory(prefix="specsweep-gate-") as tmp:
+        now, skipped, env = measure(exp, extra, Path(out) / stamp if out else Path(tmp))
+    took = time.perf_counter() - start
+    overrides = [*exp.get("overrides", []), *extra]
+    if update:
+        write_baseline(bpath, exp_path, overrides, now, skipped, env)
+        print(f"gate baseline written to {bpath} ({', '.join(now)}; {took:.0f} s)")
+        return 0
+    base = json.loads(bpath.read_text())
+    blocking, notes = env_problems(base.get("env", {}), env)
+    if base.get("overrides") != overrides:
+        notes.append(f"overrides: baseline {base.get('overrides')}, now {overrides}")
+    rows = compare(base.get("methods", {}), now, tol, skipped)
+    print_table(rows, f"gate: {exp_path.name} vs {bpath.name} (recorded "
+                      f"{base.get('recorded', '?')}) · {took:.0f} s")
+    for n in notes:
+        print(f"note: {n}")
+    for m, why in skipped.items():
+        if m not in base.get("methods", {}):
+            print(f"skipped {m}: {why}")
+    failed = sorted({r.method for r in rows if r.failed})
+    if blocking:
+        print("FAIL: the baseline was measured on something else (" + "; ".join(blocking)
+              + "); run `python -m bench.gate --update` there or here on purpose")
+        return 1
+    if failed:
+        print(f"FAIL: regression in {', '.join(failed)}")
+        return 1
+    print("PASS")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.gate", description=__doc__.split("\n")[0])
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides (key=value)")
+    ap.add_argument("--experiment", type=Path, default=EXPERIMENT)
+    ap.add_argument("--baseline", type=Path, help="baseline file (default: the experiment's)")
+    ap.add_argument("--update", action="store_true", help="rewrite the baseline from this run")
+    ap.add_argument("--out", type=Path, help="keep the run directories here")
+    args = ap.parse_args(argv)
+    try:
+        return gate(args.experiment, args.overrides, args.update, args.out, args.baseline)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    warnings.filterwarnings("ignore", category=UserWarning)
+    sys.exit(main())
