@@ -59,6 +59,16 @@ def save_tiny(path: Path, seed: int, layers: int = 2, vocab: int = 128) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module of tiny-model tests: on a shared 2-core machine a second
+    thread only waits (up to 50× slower). Use with pytest.mark.usefixtures("one_thread")."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def tiny_target_dir(tmp_path_factory) -> Path:
     return save_tiny(tmp_path_factory.mktemp("target"), seed=0)

@@ -44,13 +44,7 @@ def cut_draft_dir(tiny_target_dir, tmp_path_factory):
     return out
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: on a shared 2-core machine a second torch thread only waits (50× slower)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # many small ops: a second thread only waits
 
 
 # --- the two-sample test itself ---------------------------------------------------------------

@@ -184,13 +184,7 @@ def tree_round(target, draft, sp, shape, mode, accept=accept_tree):
     return round_
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The rounds are many small ops: on a shared 2-core machine a second thread only waits."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # many small ops: a second thread only waits
 
 
 TARGET = Synthetic(0)

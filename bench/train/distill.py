@@ -24,7 +24,7 @@ from tasks.loader import read_jsonl
 
 def data_key(model: str, prompts: Path, max_new: int, layers: list[int], dtype: str) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps([model, prompts.read_bytes().hex()[:0], max_new, layers, dtype]).encode())
+    h.update(json.dumps([model, max_new, layers, dtype]).encode())
     h.update(prompts.read_bytes())
     return h.hexdigest()[:16]
 
