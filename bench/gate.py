@@ -43,6 +43,10 @@ def load_experiment(path: Path) -> dict:
     exp["baseline_path"] = (path.parent / exp.get("baseline", "gate_baseline.json")).resolve()
     exp["overrides"] = [str(o) for o in exp.get("overrides", [])]
     exp["run_overrides"] = [_relative_to(path.parent, o) for o in exp["overrides"]]
+    per = exp.get("method_overrides") or {}
+    if not isinstance(per, dict) or not all(isinstance(v, list) for v in per.values()):
+        raise UserError(f"{path}: 'method_overrides' must map a method to a list of overrides")
+    exp["method_overrides"] = {str(m): [str(o) for o in v] for m, v in per.items()}
     return exp
 
 
@@ -123,7 +127,8 @@ def measure(exp: dict, extra: list[str], out: Path) -> tuple[dict, dict, dict]:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         for method in method_names(exp):
-            row, info = run_method(method, overrides, out / method, progress)
+            own = exp.get("method_overrides", {}).get(method, [])
+            row, info = run_method(method, [*overrides, *own], out / method, progress)
             if row is None:
                 skipped[method] = info
                 console.print(f"[dim]skipped {method}: {info}[/dim]")

@@ -103,6 +103,26 @@ def resolve_path(path: str) -> str:
     return path
 
 
+def local_dir(path: str, what: str) -> Path:
+    """A directory of drafter files: local (or shipped under the project root), else a Hugging
+    Face Hub id fetched once into the Hub cache (needs network or a cached copy)."""
+    local = Path(resolve_path(str(path))).expanduser()
+    if local.is_dir():
+        return local
+    if str(path).count("/") == 1 and not str(path).startswith((".", "/", "~")):
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(str(path), allow_patterns=[
+                "*.json", "*.safetensors", "*.bin", "*.pt"]))
+        except Exception as e:  # offline, unknown id, no access
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"{what}={path!r} is neither a directory nor a reachable Hugging "
+                            f"Face Hub id ({first})")
+    raise UserError(f"{what}={path!r} is not a directory (give a directory or a Hub id "
+                    f"owner/name)")
+
+
 def load_model(path: str, device: torch.device, dtype: torch.dtype):
     """(model, tokenizer) for an `embedded:NAME`, a Hugging Face id, or a local directory."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

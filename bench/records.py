@@ -82,6 +82,7 @@ def env_info(runner) -> dict:
         "dtype": str(runner.cfg.model.dtype),
         "target_weight_mb": weight_bytes(runner.target) / MB,
         "method_extra_mb": runner.method.extra_bytes() / MB,
+        "method_info": getattr(runner.method, "info", {}),
     }
 
 

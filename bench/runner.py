@@ -168,6 +168,10 @@ class Runner:
             if not self.sampling.greedy:
                 out.append({"verdict": None, "dist_pvalue": getattr(self, "dist_pvalue", None)})
                 continue
+            if m_ids != b_ids:  # an earlier turn diverged: this turn's prompt differs
+                out.append({"verdict": "after-divergence", "first_divergence": None,
+                            "logit_gap": None, "method_gap": None})
+                continue
             out.append(compare(self.target, b_ids, b_res.output_ids, m_res.output_ids,
                                float(self.cfg.tie_tolerance), self.device))
         return out

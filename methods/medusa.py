@@ -7,18 +7,19 @@ candidates to verify, and one tree-masked target forward scores them all (bench.
 Acceptance: greedy walks the argmax path; at T > 0 the tree rule (recursive rejection over
 siblings, point-mass candidates) keeps the target's distribution. `acceptance: typical` is
 Medusa's typical acceptance: faster, *lossy*, and reported under the name `medusa-typical`.
-Knobs: heads (directory), num_heads, tree (name | auto | paths), tree_size, k (tree depth).
+Knobs: heads (directory or Hub id), num_heads, tree (name | auto | paths), tree_size, k (tree
+depth), draft_vocab (score only the N most frequent tokens, bench.draftvocab; null: all).
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
 from bench import kvcache
+from bench.draftvocab import DraftVocab
 from bench.errors import UserError
-from bench.models import resolve_path
+from bench.models import local_dir
 from bench.sampling import probs
 from bench.train import medusa as heads_io
 from bench.tree import Tree, accept_tree, accept_tree_greedy
@@ -35,7 +36,7 @@ class Medusa(Method):
         path = cfg.get("heads") or ctx.model_cfg.get("medusa")
         if not path:
             raise UserError("method=medusa needs heads: set method.heads=<dir> or model.medusa")
-        path = Path(resolve_path(str(path)))
+        path = local_dir(str(path), "method.heads")
         if not (path / "config.json").exists():
             raise UserError(f"method.heads={str(path)!r} holds no Medusa heads (config.json and "
                             f"{heads_io.WEIGHTS}); train them with `python -m bench.train "
@@ -64,6 +65,11 @@ class Medusa(Method):
         self.topk = int(self.node_rank.max()) + 1
         self.depth = int(self.layout.depth.max())
         self.lm_head = ctx.target.get_output_embeddings().weight
+        # heads sharing the target's output layer may score only the most frequent tokens
+        self.vocab = DraftVocab(self.lm_head, hcfg.get("frequent_ids"),
+                                cfg.get("draft_vocab") if self.heads.own is None else None)
+        self.info = {"tree_nodes": self.layout.size, "depth": self.depth,
+                     "draft_vocab": self.vocab.size}
         self.typical = cfg.get("acceptance", "exact") == "typical"
         if self.typical:
             self.name, self.lossless = "medusa-typical", False
@@ -71,7 +77,7 @@ class Medusa(Method):
             self.posterior_alpha = float(cfg.get("posterior_alpha", 0.3))
 
     def extra_bytes(self, state=None) -> int:
-        return self.heads.extra_bytes()
+        return self.heads.extra_bytes() + self.vocab.extra_bytes()
 
     def prefill(self, state) -> torch.Tensor:
         out = kvcache.forward(self.target, state.tokens[None], state.cache, logits_to_keep=1,
@@ -81,8 +87,11 @@ class Medusa(Method):
 
     def draft(self, state) -> Proposal:
         # head d's logits at h predict the token d + 1 places below the root
-        logits = self.heads.logits(state.aux["hidden"], self.lm_head)  # (heads, V)
-        cand = logits.topk(self.topk, dim=-1).indices  # (heads, topk)
+        if self.heads.own is None:
+            logits = self.vocab.logits(self.heads.features(state.aux["hidden"]))  # (heads, V')
+        else:
+            logits = self.heads.logits(state.aux["hidden"], self.lm_head)  # (heads, V)
+        cand = self.vocab.to_target(logits.topk(self.topk, dim=-1).indices)  # (heads, topk)
         return Proposal(tokens=cand[self.node_head, self.node_rank])
 
     def verify(self, state, proposal):

@@ -62,8 +62,9 @@ def random_heads(hidden, n, seed):
 def test_published_layout_round_trip(tmp_path, target):
     lm = target.get_output_embeddings().weight.detach()
     h = random_heads(lm.shape[1], 3, 0)
-    heads_io.save(h, tmp_path / "shared", "tiny", extra={"rank_accuracy": [[0.5]] * 3})
-    heads_io.save(h, tmp_path / "full", "tiny", lm_head=lm, export_full=True)
+    heads_io.save(h, tmp_path / "shared", "tiny", extra={"rank_accuracy": [[0.5]] * 3},
+                  dtype=torch.float32)
+    heads_io.save(h, tmp_path / "full", "tiny", lm_head=lm, export_full=True, dtype=torch.float32)
     cfg = json.loads((tmp_path / "full" / "config.json").read_text())
     assert cfg["medusa_num_heads"] == 3 and cfg["medusa_num_layers"] == 1
     from safetensors.torch import load_file

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.errors import UserError
 
-SPECS = ("medusa", "draft")
+SPECS = ("medusa", "draft", "eagle", "eagle3")
 
 
 def run(cfg: DictConfig) -> None:
@@ -37,17 +37,22 @@ def run(cfg: DictConfig) -> None:
     t0 = time.time()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True)) as progress:
-        data = distill.build(cfg.model, Path(cfg.prompts), int(cfg.max_new_tokens),
+        data = distill.build(cfg.target, Path(cfg.prompts), int(cfg.max_new_tokens),
                              list(cfg.layers), cfg.dtype, int(cfg.batch), cfg.limit, progress)
         t_data = time.time() - t0
-        target, _ = load_model(cfg.model, torch.device("cpu"), getattr(torch, cfg.dtype))
+        target, _ = load_model(cfg.target, torch.device("cpu"), getattr(torch, cfg.dtype))
         d = cfg.drafter
         if name == "medusa":
             spec = specs.MedusaSpec(data, target, int(d.num_heads), int(d.num_layers),
-                                    int(d.batch_size), float(cfg.holdout), str(cfg.model))
-        else:
+                                    int(d.batch_size), float(cfg.holdout), str(cfg.target))
+        elif name == "draft":
             spec = specs.DraftSpec(data, target, int(d.num_layers), int(d.vocab_size),
-                                   int(d.batch_size), float(cfg.holdout), str(cfg.model))
+                                   int(d.batch_size), float(cfg.holdout), str(cfg.target))
+        else:
+            from bench.train.eagle_spec import EagleSpec
+            spec = EagleSpec(data, target, name, int(d.unroll), int(d.eval_unroll),
+                             d.get("vocab_size"), int(d.batch_size), float(cfg.holdout),
+                             str(cfg.target), d.get("layers"))
         result = loop.train(spec, work, int(d.steps), float(d.lr), int(d.warmup),
                             int(d.ckpt_every), int(d.eval_every), int(cfg.seed),
                             bool(cfg.resume), progress)
@@ -69,5 +74,19 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
 
 
+def check_drafter(argv: list[str]) -> None:
+    """One clear line for an unknown drafter, before Hydra's multi-line error."""
+    from bench.config import group_options
+
+    for arg in argv:
+        if arg.startswith("drafter=") and "," not in arg:
+            name = arg.split("=", 1)[1]
+            if name not in group_options("drafter"):
+                print(f"error: drafter={name!r} is unknown; choose one of: "
+                      f"{', '.join(group_options('drafter'))}", file=sys.stderr)
+                sys.exit(2)
+
+
 if __name__ == "__main__":
+    check_drafter(sys.argv[1:])
     main()

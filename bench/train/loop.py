@@ -54,12 +54,17 @@ def train(spec, out: Path, steps: int, lr: float, warmup: int = 20, ckpt_every: 
     batches = spec.batches("train", rng)
     t0 = time.time()
     spec.module.train()
+    fresh = False  # the iterator was just restarted
     while step < steps:
         try:
             batch = next(batches)
         except StopIteration:
             batches = spec.batches("train", rng)
+            if fresh:
+                raise ValueError("the training split yields no batch: too little data")
+            fresh = True
             continue
+        fresh = False
         loss, per, acc = spec.step_loss(batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()

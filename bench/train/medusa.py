@@ -92,7 +92,8 @@ def labels_for(ids: torch.Tensor, start: int, num_heads: int) -> tuple[torch.Ten
 
 
 def save(heads: MedusaHeads, out: Path, base: str, lm_head: torch.Tensor | None = None,
-         export_full: bool = False, extra: dict | None = None) -> None:
+         export_full: bool = False, extra: dict | None = None,
+         dtype: torch.dtype = torch.bfloat16) -> None:
     out.mkdir(parents=True, exist_ok=True)
     state = {}
     for i, blk in enumerate(heads.blocks):
@@ -102,6 +103,7 @@ def save(heads: MedusaHeads, out: Path, base: str, lm_head: torch.Tensor | None 
         if export_full:
             w = lm_head if heads.own is None else heads.own[i]
             state[f"{i}.{heads.num_layers}.weight"] = w.detach().contiguous().clone()
+    state = {k: v.to(dtype) for k, v in state.items()}
     save_file(state, str(out / WEIGHTS), metadata={"format": "pt"})
     cfg = {"medusa_num_heads": heads.num_heads, "medusa_num_layers": heads.num_layers,
            "base_model_name_or_path": base, "hidden_size": heads.blocks[0][0].linear.in_features,

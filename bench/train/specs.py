@@ -15,6 +15,23 @@ import torch
 from bench.train import medusa
 
 
+FREQUENT = 8192  # token ids stored by frequency with heads that draft over the full vocabulary
+
+
+def answer_counts(seqs: list[dict], vocab: int) -> torch.Tensor:
+    """How often each token id occurs in the answers (not the prompts) of `seqs`."""
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for seq in seqs:
+        counts += torch.bincount(seq["ids"][seq["start"]:].long(), minlength=vocab)
+    return counts
+
+
+def frequent_ids(counts: torch.Tensor, n: int = FREQUENT) -> list[int]:
+    """The n most frequent ids, most frequent first: a frequency-ranked draft vocabulary
+    (methods' `draft_vocab` knob) for heads that share the target's full output layer."""
+    return counts.topk(min(n, counts.numel())).indices.tolist()
+
+
 def is_heldout(prompt_id: str, fraction: float) -> bool:
     h = int.from_bytes(hashlib.sha256(prompt_id.encode()).digest()[:4], "little")
     return (h % 10_000) < fraction * 10_000
@@ -34,6 +51,8 @@ class MedusaSpec:
             split = "eval" if is_heldout(seq["id"], holdout) else "train"
             parts[split][0].append(seq["hidden"][-1][pos])
             parts[split][1].append(lab)
+        self.frequent = frequent_ids(answer_counts(
+            [x for x in data if not is_heldout(x["id"], holdout)], self.lm_head.shape[0]))
         self.h = {k: torch.cat(v[0]) for k, v in parts.items() if v[0]}
         self.labels = {k: torch.cat(v[1], dim=1) for k, v in parts.items() if v[1]}
 
@@ -42,9 +61,10 @@ class MedusaSpec:
 
     def batches(self, split: str, rng: torch.Generator | None):
         n = self.h[split].shape[0]
+        size = min(self.batch_size, n)  # a data set smaller than one batch is one batch
         order = torch.randperm(n, generator=rng) if rng is not None else torch.arange(n)
-        for b in range(0, n - self.batch_size + 1 if rng is not None else n, self.batch_size):
-            idx = order[b : b + self.batch_size]
+        for b in range(0, n - size + 1 if rng is not None else n, size):
+            idx = order[b : b + size]
             yield self.h[split][idx].float(), self.labels[split][:, idx]
 
     def step_loss(self, batch):
@@ -69,7 +89,7 @@ class MedusaSpec:
     def save(self, out: Path, eval_result: dict) -> None:
         medusa.save(self.module, out, self.base,
                     extra={"rank_accuracy": self.rank_accuracy(), "eval": eval_result,
-                           "train_positions": self.sizes()})
+                           "train_positions": self.sizes(), "frequent_ids": self.frequent})
 
 
 class DraftSpec:
@@ -88,9 +108,7 @@ class DraftSpec:
         for seq in data:
             self.seqs["eval" if is_heldout(seq["id"], holdout) else "train"].append(seq)
         V = target.config.vocab_size
-        counts = torch.zeros(V, dtype=torch.long)
-        for seq in self.seqs["train"]:
-            counts += torch.bincount(seq["ids"][seq["start"]:].long(), minlength=V)
+        counts = answer_counts(self.seqs["train"], V)
         vocab_size = min(vocab_size, V)
         self.d2t = counts.topk(vocab_size).indices.sort().values
         self.t2d = torch.full((V,), -1, dtype=torch.long)

@@ -1,0 +1,282 @@
+"""EAGLE draft heads (EAGLE-1/2 and EAGLE-3): the network and the published checkpoint layouts.
+
+Both read, per position t, the target's feature f_t and the embedding of the next token x_{t+1}
+(the target's own embedding table, never stored) and run one decoder layer whose output
+predicts the next feature; its logits draft x_{t+2}. Drafting deeper feeds the head's output
+back as the feature of the next position.
+
+    eagle   f_t = the target's last hidden state (after the final norm)
+            a = fc([emb; f])            fc: 2H → H with bias
+            o = a + attn(a);  o = o + mlp(post_norm(o))          (no input norm on the layer)
+            logits = target_lm_head(o)  (full vocabulary)
+    eagle3  f_t = fc([h_low; h_mid; h_high])   three target layers, fc: 3H → H, no bias
+            a = [input_norm(emb); hidden_norm(f)]             (2H: q/k/v read 2H)
+            o = f + attn(a);  o = o + mlp(post_norm(o))
+            logits = lm_head(norm(o))   over a reduced draft vocabulary; d2t maps it to target ids
+
+Published layouts (the EAGLE authors' Hub checkpoints; ours are saved the same way):
+    eagle   config.json (a LlamaConfig, num_hidden_layers 1) + pytorch_model.bin or
+            model.safetensors with fc.weight, fc.bias, layers.0.self_attn.{q,k,v,o}_proj.weight,
+            layers.0.mlp.{gate,up,down}_proj.weight, layers.0.post_attention_layernorm.weight
+    eagle3  config.json (LlamaConfig fields + draft_vocab_size, architectures
+            ["LlamaForCausalLMEagle3"]) + weights fc.weight, midlayer.{self_attn,mlp}.*,
+            midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight, norm.weight,
+            lm_head.weight, d2t (draft id → target id *offset*: target = d + d2t[d]), t2d (bool)
+An `embed_tokens.weight` in a checkpoint is ignored: the target's embeddings are used.
+Which target layers EAGLE-3 taps is not in the published config; the authors' code uses
+hidden_states[2], [N // 2], [N − 3] of an N-layer target (transformers' `hidden_states` indices,
+the input of that layer), which is our default; `eagle_aux_hidden_state_layer_ids` overrides it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+KINDS = ("eagle", "eagle3")
+EAGLE3_ARCH = "LlamaForCausalLMEagle3"
+
+
+def default_layers(kind: str, num_target_layers: int) -> list[int]:
+    if kind == "eagle":
+        return [-1]
+    return [2, num_target_layers // 2, num_target_layers - 3]
+
+
+class Attention(nn.Module):
+    """Grouped-query attention with RoPE over (past keys, new keys) and an explicit float mask."""
+
+    def __init__(self, cfg, in_dim: int):
+        super().__init__()
+        self.nh, self.nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.nh
+        bias = bool(getattr(cfg, "attention_bias", False))
+        self.q_proj = nn.Linear(in_dim, self.nh * self.hd, bias=bias)
+        self.k_proj = nn.Linear(in_dim, self.nkv * self.hd, bias=bias)
+        self.v_proj = nn.Linear(in_dim, self.nkv * self.hd, bias=bias)
+        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, mask, past_k=None, past_v=None):
+        """x (B, n, in); mask (B|1, 1, n, past + n) additive. → (out, k_new, v_new)."""
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        B, n, _ = x.shape
+        q = self.q_proj(x).view(B, n, self.nh, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(B, n, self.nkv, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, n, self.nkv, self.hd).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        kk = k if past_k is None else torch.cat([past_k, k], dim=-2)
+        vv = v if past_v is None else torch.cat([past_v, v], dim=-2)
+        rep = self.nh // self.nkv
+        out = F.scaled_dot_product_attention(q, kk.repeat_interleave(rep, 1),
+                                             vv.repeat_interleave(rep, 1), attn_mask=mask)
+        return self.o_proj(out.transpose(1, 2).reshape(B, n, -1)), k, v
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg, kind: str):
+        from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+
+        super().__init__()
+        H, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.kind = kind
+        self.self_attn = Attention(cfg, H if kind == "eagle" else 2 * H)
+        self.mlp = LlamaMLP(cfg)
+        self.post_attention_layernorm = LlamaRMSNorm(H, eps=eps)
+        if kind == "eagle3":
+            self.input_layernorm = LlamaRMSNorm(H, eps=eps)
+            self.hidden_norm = LlamaRMSNorm(H, eps=eps)
+
+    def forward(self, residual, attn_in, cos, sin, mask, past_k=None, past_v=None):
+        a, k, v = self.self_attn(attn_in, cos, sin, mask, past_k, past_v)
+        o = residual + a
+        return o + self.mlp(self.post_attention_layernorm(o)), k, v
+
+
+class EagleHead(nn.Module):
+    """One EAGLE head. `attach(target)` gives it the target's embeddings (and, for `eagle`, its
+    output layer); they are used in place, never copied or saved."""
+
+    def __init__(self, cfg, kind: str, target_layers: list[int] | None = None,
+                 d2t: torch.Tensor | None = None):
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
+
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"kind={kind!r}; expected one of {KINDS}")
+        self.kind, self.config = kind, cfg
+        H = cfg.hidden_size
+        self.target_layers = list(target_layers or [-1])
+        self.rotary = LlamaRotaryEmbedding(cfg)
+        if kind == "eagle":
+            self.fc = nn.Linear(2 * H, H, bias=True)
+            self.layers = nn.ModuleList([Layer(cfg, kind)])
+        else:
+            th = int(getattr(cfg, "target_hidden_size", None) or H)
+            self.fc = nn.Linear(len(self.target_layers) * th, H, bias=False)
+            self.midlayer = Layer(cfg, kind)
+            self.norm = LlamaRMSNorm(H, eps=cfg.rms_norm_eps)
+            d2t = torch.arange(cfg.vocab_size) if d2t is None else d2t.long()
+            self.lm_head = nn.Linear(H, d2t.numel(), bias=False)
+            self.register_buffer("d2t", d2t)  # absolute target ids (offsets only in the files)
+        self.embed = None
+        self.out_head = None
+        self.vocab = None  # eagle: a bench.draftvocab.DraftVocab over the target's output layer
+
+    @property
+    def layer(self) -> Layer:
+        return self.layers[0] if self.kind == "eagle" else self.midlayer
+
+    def attach(self, target) -> "EagleHead":
+        # plain tensors sharing the target's storage: not parameters of the head, never saved
+        self.embed = target.get_input_embeddings().weight.detach()
+        self.out_head = target.get_output_embeddings().weight.detach()
+        self.vocab = None
+        return self
+
+    def restrict(self, frequent: list[int] | None, size: int | None) -> int:
+        """eagle: draft over the `size` most frequent tokens only (bench.draftvocab); returns
+        the draft vocabulary's size."""
+        from bench.draftvocab import DraftVocab
+
+        if self.kind != "eagle":
+            return self.d2t.numel()
+        self.vocab = DraftVocab(self.out_head, frequent, size)
+        return self.vocab.size
+
+    def own_bytes(self) -> int:
+        n = sum(t.numel() * t.element_size() for t in self.state_dict().values())
+        return n + (self.vocab.extra_bytes() if self.vocab is not None else 0)
+
+    def fuse(self, hidden: list[torch.Tensor]) -> torch.Tensor:
+        """The target's hidden states at `target_layers` (each (..., H)) → features (..., H)."""
+        if self.kind == "eagle":
+            return hidden[0]
+        return self.fc(torch.cat(hidden, dim=-1))
+
+    def forward(self, feat, ids, positions, mask, past_k=None, past_v=None):
+        """feat (B, n, H) features f_t, ids (B, n) tokens x_{t+1}, positions (B, n) = t.
+        → (out (B, n, H): predicted f_{t+1}, new keys, new values)."""
+        emb = F.embedding(ids, self.embed).to(feat.dtype)
+        cos, sin = self.rotary(feat, positions)
+        if self.kind == "eagle":
+            a = self.fc(torch.cat([emb, feat], dim=-1))
+            return self.layer(a, a, cos, sin, mask, past_k, past_v)
+        a = torch.cat([self.midlayer.input_layernorm(emb), self.midlayer.hidden_norm(feat)], -1)
+        return self.layer(feat, a, cos, sin, mask, past_k, past_v)
+
+    def logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits (full vocabulary for `eagle`)."""
+        if self.kind == "eagle":
+            if self.vocab is not None:
+                return self.vocab.logits(out)
+            return out @ self.out_head.T.to(out.dtype)
+        return self.lm_head(self.norm(out))
+
+    def to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        if self.kind == "eagle":
+            return draft_ids if self.vocab is None else self.vocab.to_target(draft_ids)
+        return self.d2t[draft_ids]
+
+
+def head_config(target_cfg, kind: str):
+    """The head's LlamaConfig: the target's shapes, one layer."""
+    import copy
+
+    cfg = copy.deepcopy(target_cfg)
+    cfg.num_hidden_layers = 1
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = cfg.layer_types[:1]
+    for attr in ("quantization_config", "_name_or_path"):
+        if hasattr(cfg, attr):
+            try:
+                delattr(cfg, attr)
+            except AttributeError:
+                pass
+    cfg.architectures = [EAGLE3_ARCH if kind == "eagle3" else "LlamaForCausalLM"]
+    return cfg
+
+
+# --- published layouts --------------------------------------------------------------------
+
+def save(head: EagleHead, out: Path, base: str, dtype=torch.bfloat16, extra: dict | None = None):
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    state = {}
+    for k, v in head.state_dict().items():
+        if k.startswith("rotary."):
+            continue
+        state[k] = v.detach().to(dtype) if v.is_floating_point() else v.detach()
+    if head.kind == "eagle3":
+        d2t = head.d2t.long()
+        state["d2t"] = d2t - torch.arange(d2t.numel())  # published convention: offsets
+        t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
+        t2d[d2t] = True
+        state["t2d"] = t2d
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})
+    cfg = head.config.to_dict()
+    cfg["architectures"] = [EAGLE3_ARCH if head.kind == "eagle3" else "LlamaForCausalLM"]
+    cfg["base_model_name_or_path"] = base
+    if head.kind == "eagle":
+        cfg["bias"] = True
+    else:
+        cfg["draft_vocab_size"] = int(head.d2t.numel())
+        cfg["eagle_aux_hidden_state_layer_ids"] = head.target_layers
+    cfg["specsweep"] = extra or {}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+
+
+def read_state(path: Path) -> dict:
+    if (path / "model.safetensors").exists():
+        from safetensors.torch import load_file
+        return load_file(str(path / "model.safetensors"))
+    if (path / "pytorch_model.bin").exists():
+        return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"{path} has neither model.safetensors nor pytorch_model.bin")
+
+
+def kind_of(cfg: dict, state: dict) -> str:
+    if EAGLE3_ARCH in (cfg.get("architectures") or []) or any(k.startswith("midlayer.")
+                                                                for k in state):
+        return "eagle3"
+    return "eagle"
+
+
+def load(path: Path, target, dtype=torch.float32) -> tuple[EagleHead, dict]:
+    """A head from a directory in the published layout, attached to `target`."""
+    from transformers import LlamaConfig
+
+    raw = json.loads((path / "config.json").read_text())
+    state = read_state(path)
+    kind = kind_of(raw, state)
+    fields = {k: v for k, v in raw.items() if k not in ("architectures", "specsweep")}
+    cfg = LlamaConfig(**fields)
+    if kind == "eagle" and int(raw.get("num_hidden_layers", 1)) != 1:
+        raise ValueError(f"{path}: EAGLE heads with {raw['num_hidden_layers']} layers are not "
+                         f"supported (published EAGLE-1/2 heads have 1)")
+    n_target = target.config.num_hidden_layers
+    layers = raw.get("eagle_aux_hidden_state_layer_ids") or default_layers(kind, n_target)
+    d2t = None
+    if kind == "eagle3":
+        if "d2t" in state:
+            d2t = state["d2t"].long() + torch.arange(state["d2t"].numel())
+        else:  # no reduced vocabulary
+            d2t = torch.arange(state["lm_head.weight"].shape[0])
+    head = EagleHead(cfg, kind, layers, d2t)
+    state = {k: v for k, v in state.items() if k not in ("d2t", "t2d", "embed_tokens.weight")
+             and not k.startswith("rotary.")}
+    if kind == "eagle" and "fc.bias" not in state:  # heads saved with bias=False
+        head.fc.bias.data.zero_()
+        state["fc.bias"] = head.fc.bias.data
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not m.startswith("rotary.") and m != "d2t"]
+    if missing or unexpected:
+        raise ValueError(f"{path}: not an EAGLE layout (missing {missing[:4]}, "
+                         f"unexpected {list(unexpected)[:4]})")
+    head = head.to(dtype).attach(target).eval().requires_grad_(False)
+    return head.to(target.device), raw

@@ -1,0 +1,143 @@
+"""Training EAGLE heads on self-distilled data (spec for `bench.train.loop.train`).
+
+A batch is a few whole sequences (prompt + the target's answer) with the target's hidden states.
+Position t's input is (f_t, x_{t+1}); its label is x_{t+2}, scored on answer tokens only.
+
+Unrolled steps ("training-time test", EAGLE-3): step 1 reads the target's features; step j > 1
+reads the head's own step-(j−1) outputs shifted one position, as when drafting j tokens deep.
+A step-j query at position s attends exactly what it would at inference: step-1 keys (true
+features) at positions ≤ s − j + 1 and, for 2 ≤ i ≤ j, the step-i key at position s − j + i (its
+own drafted chain). Losses are weighted 0.8^(j−1).
+
+    eagle   EAGLE-1/2 recipe: step 1 only in training (eval unrolls `eval_steps` to report
+            per-position accuracy), loss = smooth-L1(out, f_{t+1}) + 0.1 · CE, the CE over the
+            8,192 most frequent answer tokens (a full-vocabulary CE costs 6× more on a CPU; labels
+            outside are left out of the loss and counted as misses)
+    eagle3  `steps` unrolled steps in training, CE over the reduced draft vocabulary (labels
+            outside it are left out of the loss and counted as misses)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from bench.errors import UserError
+from bench.train import eagle
+from bench.train.specs import answer_counts, frequent_ids, is_heldout
+
+
+def unroll_mask(L: int, j: int, dtype, device) -> torch.Tensor:
+    """(1, 1, L, j·L) additive mask of unrolled step j (1-based) over the keys of steps 1..j."""
+    s = torch.arange(L, device=device)[:, None]
+    t = torch.arange(L, device=device)[None, :]
+    blocks = [t <= s - j + 1] + [t == s - j + i for i in range(2, j + 1)]
+    allowed = torch.cat(blocks, dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+class EagleSpec:
+    def __init__(self, data: list[dict], target, kind: str, steps: int, eval_steps: int,
+                 vocab_size: int | None, batch_size: int, holdout: float, base: str,
+                 layers: list[int] | None = None):
+        self.kind, self.base, self.batch_size = kind, base, batch_size
+        self.steps, self.eval_steps = steps, max(eval_steps, steps)
+        n_layers = target.config.num_hidden_layers
+        self.layers = list(layers) if layers else eagle.default_layers(kind, n_layers)
+        have = set(data[0]["hidden"]) if data else set()
+        if not set(self.layers) <= have:
+            raise UserError(f"drafter={kind} needs target hidden states {self.layers}; the "
+                            f"distillation data keeps {sorted(have)} (set layers=[...] in the "
+                            f"training config)")
+        self.seqs = {"train": [], "eval": []}
+        for seq in data:
+            self.seqs["eval" if is_heldout(seq["id"], holdout) else "train"].append(seq)
+        V = target.config.vocab_size
+        d2t = None
+        self.coverage = 1.0
+        counts = answer_counts(self.seqs["train"], V)
+        self.frequent = frequent_ids(counts) if kind == "eagle" else None
+        if kind == "eagle3":
+            d2t = counts.topk(min(vocab_size or V, V)).indices.sort().values
+            self.coverage = float(counts[d2t].sum() / counts.sum().clamp_min(1))
+        cfg = eagle.head_config(target.config, kind)
+        self.module = eagle.EagleHead(cfg, kind, self.layers, d2t).float().attach(target)
+        self.module.embed = self.module.embed.float()
+        self.module.out_head = self.module.out_head.float()
+        if kind == "eagle":  # cross-entropy over the frequent tokens: V / 8192 times cheaper
+            self.module.restrict(self.frequent, len(self.frequent))
+            ids = self.module.vocab.ids
+            scored = torch.arange(V) if ids is None else ids
+        else:
+            scored = d2t
+        self.t2d = torch.full((V,), -1, dtype=torch.long)
+        self.t2d[scored] = torch.arange(scored.numel())
+
+    def sizes(self) -> dict:
+        return {k: sum(len(s["ids"]) - s["start"] for s in v) for k, v in self.seqs.items()}
+
+    def batches(self, split: str, rng: torch.Generator | None):
+        seqs = self.seqs[split]
+        order = torch.randperm(len(seqs), generator=rng).tolist() if rng is not None \
+            else list(range(len(seqs)))
+        for b in range(0, len(order), self.batch_size):
+            group = [seqs[i] for i in order[b : b + self.batch_size]]
+            L = max(len(s["ids"]) for s in group) - 1  # positions t with a next token
+            ids = torch.zeros(len(group), L + 1, dtype=torch.long)
+            labels = torch.full((len(group), L), -100, dtype=torch.long)
+            hidden = [torch.zeros(len(group), L + 1, group[0]["hidden"][l].shape[-1])
+                      for l in self.layers]
+            for r, s in enumerate(group):
+                n = len(s["ids"])
+                ids[r, :n] = s["ids"].long()
+                for h, l in zip(hidden, self.layers):
+                    h[r, :n] = s["hidden"][l].float()
+                # position t's label is x_{t+2}: answer tokens only (t + 2 ≥ start)
+                lo = max(s["start"] - 2, 0)
+                labels[r, lo : n - 2] = ids[r, lo + 2 : n]
+            yield ids, hidden, labels
+
+    def step_loss(self, batch):
+        ids, hidden, labels = batch
+        head = self.module
+        steps = self.steps if head.training else self.eval_steps
+        B, L = labels.shape
+        feat = head.fuse([h[:, :L] for h in hidden])  # f_t, t < L
+        tok = ids[:, 1 : L + 1]  # x_{t+1}
+        pos = torch.arange(L)[None].expand(B, L)
+        dl = self.t2d[labels.clamp_min(0)]
+        dl[labels < 0] = -100
+        keys_k, keys_v, per, acc = [], [], [], []
+        total = 0.0
+        inp = feat
+        for j in range(1, steps + 1):
+            mask = unroll_mask(L, j, inp.dtype, inp.device)
+            pk = torch.cat(keys_k, dim=-2) if keys_k else None
+            pv = torch.cat(keys_v, dim=-2) if keys_v else None
+            out, k, v = head(inp, tok, pos, mask, pk, pv)
+            keys_k.append(k)
+            keys_v.append(v)
+            scored = labels != -100
+            scored[:, : j - 1] = False  # no step-j input before position j − 1
+            inside = scored & (dl >= 0)
+            logits = head.logits(out[inside])
+            ce = F.cross_entropy(logits.float(), dl[inside]) if inside.any() else out.sum() * 0
+            hits = (logits.argmax(-1) == dl[inside]).sum()
+            acc.append(hits.float() / scored.sum().clamp_min(1))
+            per.append(ce.detach())
+            if self.kind == "eagle" and j == 1:
+                true_next = hidden[0][:, 1 : L + 1]
+                reg = F.smooth_l1_loss(out[scored], true_next[scored])
+                total = total + reg + 0.1 * ce
+            else:
+                total = total + 0.8 ** (j - 1) * ce
+            inp = torch.cat([inp[:, :1], out[:, :-1]], dim=1)  # position s reads out[s − 1]
+        return total, torch.stack(per), torch.stack(acc).detach()
+
+    def save(self, out: Path, eval_result: dict) -> None:
+        eagle.save(self.module, out, self.base,
+                   extra={"eval": eval_result, "vocab_coverage": round(self.coverage, 4),
+                          "train_tokens": self.sizes(), "unrolled_steps": self.steps,
+                          **({"frequent_ids": self.frequent} if self.frequent else {})})

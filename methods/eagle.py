@@ -1,0 +1,223 @@
+"""`eagle`: an EAGLE head drafts a dynamic tree (EAGLE-2) that the target verifies in one forward.
+
+The head (bench.train.eagle) keeps its own KV cache in `state.aux`, covering positions whose
+target feature is known (committed tokens except the last). Per round:
+  1. the head consumes the features the last verify produced (root + accepted path) → the
+     distribution of the first drafted token;
+  2. expansion, `depth` − 1 times: the `top_k` frontier nodes are run through the head in one
+     tree-masked step; each proposes its `top_k` best children; a child's score is its path's
+     cumulative draft log-probability; the `top_k` best new nodes form the next frontier;
+  3. the `total_tokens` best-scored nodes of all drafted ones form the tree (a child never
+     outscores its parent, so the choice is prefix-closed); the head's tree entries are dropped.
+The target verifies the tree (bench.treeattn); greedy follows the argmax path, T > 0 uses the
+tree rule with the candidates as point masses (lossless: the tree depends only on the draft).
+`total_tokens: auto` picks the node budget from timed target forwards (bench.budget).
+Knobs: heads (directory or Hub id; default model.eagle), k (= depth), top_k, total_tokens,
+budget_ratio, draft_vocab (eagle: score only the N most frequent tokens, bench.draftvocab; needs
+the frequency list our training stores; null: the full vocabulary). `methods.eagle3` is the same round with an EAGLE-3 head.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from bench import budget, kvcache
+from bench.errors import UserError
+from bench.models import local_dir
+from bench.sampling import probs
+from bench.train import eagle as eagle_io
+from bench.tree import Tree, accept_tree, accept_tree_greedy
+from bench.treeattn import TreeLayout, keep_path, verify_tree
+from methods.base import Accepted, Method, Proposal
+
+
+@dataclass
+class TreeProposal(Proposal):
+    parents: list[int] | None = None  # bench.tree convention: −1 = child of the root
+    layout: TreeLayout | None = None
+    depth: int = 0
+
+
+class HeadCache:
+    """The head's KV cache: keys/values (1, kv_heads, n, head_dim)."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def append(self, k, v) -> None:
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=-2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=-2)
+
+    def truncate(self, n: int) -> None:
+        if self.k is not None:
+            self.k, self.v = self.k[..., :n, :], self.v[..., :n, :]
+
+    def nbytes(self) -> int:
+        return 0 if self.k is None else 2 * self.k.numel() * self.k.element_size()
+
+
+class Eagle(Method):
+    name = "eagle"
+    kind = "eagle"
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        src = cfg.get("heads") or ctx.model_cfg.get(self.kind)
+        if not src:
+            raise UserError(f"method={self.name} needs a head: set method.heads=<dir or Hub id> "
+                            f"or model.{self.kind} (train one with `python -m bench.train "
+                            f"drafter={self.kind}`)")
+        path = local_dir(str(src), "method.heads")
+        try:
+            self.head, self.head_cfg = eagle_io.load(path, ctx.target, ctx.dtype)
+        except (FileNotFoundError, ValueError) as e:
+            raise UserError(f"method.heads={str(src)!r}: {e}")
+        if self.head.kind != self.kind:
+            raise UserError(f"method.heads={str(src)!r} holds an {self.head.kind} head; use "
+                            f"method={self.head.kind}")
+        frequent = (self.head_cfg.get("specsweep") or {}).get("frequent_ids")
+        vocab = self.head.restrict(frequent, cfg.get("draft_vocab"))
+        self.depth = int(ctx.k(cfg) or 6)
+        self.top_k = int(cfg.get("top_k", 8))
+        if self.depth < 1 or self.top_k < 1:
+            raise UserError(f"method {self.name}: k={self.depth} and top_k={self.top_k} must "
+                            f"be ≥ 1")
+        total = cfg.get("total_tokens", "auto")
+        self.budget_curve = None
+        if total == "auto":
+            n, self.budget_curve = budget.auto_tokens(ctx.target, ctx.device,
+                                                      float(cfg.get("budget_ratio", 1.5)))
+            total = max(n - 1, 1)  # the root rides in the same forward
+        try:
+            self.total_tokens = int(total)
+        except (TypeError, ValueError):
+            raise UserError(f"method.total_tokens={total!r} is not valid; give a positive "
+                            f"integer or auto")
+        if self.total_tokens < 1:
+            raise UserError(f"method.total_tokens={total!r} is not valid; give a positive "
+                            f"integer or auto")
+        self.info = {"depth": self.depth, "top_k": self.top_k, "total_tokens": self.total_tokens,
+                     "draft_vocab": vocab,
+                     "verify_cost_ms": None if self.budget_curve is None else
+                     {n: round(c * 1e3, 2) for n, c in self.budget_curve.items()}}
+
+    def extra_bytes(self, state=None) -> int:
+        n = self.head.own_bytes()
+        if state is not None and "head_cache" in state.aux:
+            n += state.aux["head_cache"].nbytes()
+        return n
+
+    # --- features ---
+    def _features(self, hidden_states, rows) -> torch.Tensor:
+        hs = [hidden_states[l][0, rows] for l in self.head.target_layers]
+        return self.head.fuse([h.to(self.head.fc.weight.dtype) for h in hs])
+
+    def start(self, state) -> None:
+        state.aux["head_cache"] = HeadCache()
+
+    def prefill(self, state) -> torch.Tensor:
+        out = kvcache.forward(self.target, state.tokens[None], state.cache, hidden_states=True,
+                              logits_to_keep=1)
+        state.aux["pending"] = self._features(out.hidden_states, slice(None))
+        return out.logits[0, -1]
+
+    # --- drafting ---
+    def _step(self, cache: HeadCache, feat, ids, positions, tree_allowed=None):
+        """Run the head on n inputs after the cache; tree_allowed (n, t) marks which of the
+        cache's last t entries (the tree) each input sees; None: causal over the inputs."""
+        n, total = feat.shape[0], len(cache) + feat.shape[0]
+        dtype = feat.dtype
+        allowed = torch.ones(n, total, dtype=torch.bool, device=feat.device)
+        if tree_allowed is None:
+            allowed[:, len(cache):] = torch.ones(n, n, dtype=torch.bool,
+                                                 device=feat.device).tril()
+        else:
+            t = tree_allowed.shape[1]
+            allowed[:, len(cache) - t : len(cache)] = tree_allowed
+            allowed[:, len(cache):] = torch.eye(n, dtype=torch.bool, device=feat.device)
+        mask = torch.zeros(1, 1, n, total, dtype=dtype, device=feat.device)
+        mask.masked_fill_(~allowed[None, None], torch.finfo(dtype).min)
+        out, k, v = self.head(feat[None], ids[None], positions[None], mask, cache.k, cache.v)
+        cache.append(k, v)
+        return out[0]
+
+    def draft(self, state) -> TreeProposal:
+        head, cache = self.head, state.aux["head_cache"]
+        dev = state.ids.device
+        n = state.length
+        feat = state.aux.pop("pending")
+        p0 = len(cache)
+        out = self._step(cache, feat, state.ids[p0 + 1 : n], torch.arange(p0, n - 1, device=dev))
+        base = len(cache)  # n − 1: committed positions
+        lp = torch.log_softmax(head.logits(out[-1:]).float(), -1)[0]
+        K = min(self.top_k, lp.numel())
+        top = lp.topk(K)
+        # the pool of drafted nodes, in creation order (parents before children)
+        tok = [top.indices]
+        par = [torch.full((K,), -1, dtype=torch.long, device=dev)]
+        score = [top.values]
+        frontier = torch.arange(K, device=dev)  # pool indices
+        f_feat = out[-1].expand(K, -1)
+        row_of = {}  # pool index → head-cache row of its expansion
+        anc = {-1: []}  # pool index → expanded ancestors' cache rows (itself excluded)
+        size = K
+        for d in range(1, self.depth):
+            all_tok, all_par = torch.cat(tok), torch.cat(par)
+            fr = frontier.tolist()
+            t = len(cache) - base
+            tree_allowed = torch.zeros(len(fr), t, dtype=torch.bool, device=dev)
+            for i, node in enumerate(fr):
+                p = int(all_par[node])
+                rows = anc[p] + ([row_of[p]] if p >= 0 else [])
+                anc[node] = rows
+                if rows:
+                    tree_allowed[i, [r - base for r in rows]] = True
+            pos = torch.full((len(fr),), n - 2 + d, dtype=torch.long, device=dev)
+            o = self._step(cache, f_feat, head.to_target(all_tok[frontier]), pos, tree_allowed)
+            for i, node in enumerate(fr):
+                row_of[node] = base + t + i
+            lp = torch.log_softmax(head.logits(o).float(), -1)  # (F, Vd)
+            ch = lp.topk(K, dim=-1)
+            cand = (torch.cat(score)[frontier][:, None] + ch.values).flatten()  # (F·K,)
+            tok.append(ch.indices.flatten())
+            par.append(frontier.repeat_interleave(K))
+            score.append(cand)
+            best = cand.topk(min(K, cand.numel())).indices
+            frontier = size + best
+            f_feat = o[best // K]
+            size += cand.numel()
+        cache.truncate(base)
+        all_tok, all_par, all_score = torch.cat(tok), torch.cat(par).tolist(), torch.cat(score)
+        # best scores first, ties by creation order: a parent (created earlier, never scored
+        # lower than its child) always precedes its children, so any prefix is a tree
+        order = torch.sort(-all_score, stable=True).indices[: self.total_tokens]
+        keep = sorted(order.tolist())
+        index = {j: i for i, j in enumerate(keep)}
+        parents = [index[all_par[j]] if all_par[j] >= 0 else -1 for j in keep]
+        tokens = head.to_target(all_tok[keep])
+        layout = TreeLayout.from_parents([p + 1 for p in parents])
+        return TreeProposal(tokens=tokens, parents=parents, layout=layout,
+                            depth=int(layout.depth.max()))
+
+    def verify(self, state, proposal: TreeProposal):
+        out = verify_tree(self.target, state.last, proposal.tokens, proposal.layout, state.cache,
+                          hidden_states=True)
+        return out.logits[0], out.hidden_states
+
+    def accept(self, state, proposal: TreeProposal, verified) -> Accepted:
+        logits, hidden_states = verified
+        tree = Tree(parents=proposal.parents, tokens=proposal.tokens)  # point masses
+        if state.sampling.greedy:
+            nodes, nxt = accept_tree_greedy(logits, tree)
+        else:
+            nodes, nxt = accept_tree(probs(logits, state.sampling), tree, state.generator)
+        path = [j + 1 for j in nodes]  # verify rows; 0 = root
+        keep_path(state.cache, state.length - 1, path)
+        state.aux["pending"] = self._features(hidden_states, [0] + path)
+        return Accepted(tokens=[int(proposal.tokens[j]) for j in nodes] + [nxt],
+                        n_draft_accepted=len(nodes), drafted=proposal.layout.size,
+                        depth=proposal.depth)

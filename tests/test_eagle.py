@@ -1,0 +1,263 @@
+"""EAGLE-2 / EAGLE-3: head layouts (ours and the authors' published ones), training-time-test
+masks against inference drafting, greedy exactness of the dynamic tree, sampling, training."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bench import budget
+from bench.runner import build_method, execute
+from bench.train import eagle as eagle_io
+from bench.train.eagle_spec import EagleSpec, unroll_mask
+from conftest import compose, tiny_llama
+from methods.eagle import HeadCache
+from test_distcheck import tiny_run
+from test_lossless_greedy import make_ctx, prompts, run
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(0, layers=4)
+
+
+def random_head(target, kind, seed=0, vocab=None):
+    torch.manual_seed(seed)
+    cfg = eagle_io.head_config(target.config, kind)
+    d2t = None
+    if kind == "eagle3":
+        d2t = torch.randperm(target.config.vocab_size)[: vocab or 64].sort().values
+    layers = eagle_io.default_layers(kind, target.config.num_hidden_layers)
+    head = eagle_io.EagleHead(cfg, kind, layers, d2t)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    return head.attach(target).eval()
+
+
+def save_head(target, kind, path, seed=0):
+    eagle_io.save(random_head(target, kind, seed), path, "tiny", dtype=torch.float32)
+    return path
+
+
+def eagle_method(target, kind, path, **kw):
+    node = {"_target_": f"methods.{kind}.{'Eagle' if kind == 'eagle' else 'Eagle3'}",
+            "name": kind, "k": 4, "heads": str(path), "top_k": 3, "total_tokens": 10,
+            "budget_ratio": 1.5, **kw}
+    return build_method(OmegaConf.create(node), make_ctx(target))
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_our_layout_round_trips(target, kind, tmp_path):
+    head = random_head(target, kind, 1)
+    eagle_io.save(head, tmp_path, "tiny", dtype=torch.float32)
+    loaded, cfg = eagle_io.load(tmp_path, target)
+    assert loaded.kind == kind and loaded.target_layers == head.target_layers
+    feat, ids = torch.randn(1, 5, 32), torch.randint(0, 128, (1, 5))
+    pos = torch.arange(5)[None]
+    mask = unroll_mask(5, 1, torch.float32, "cpu")
+    a, b = head(feat, ids, pos, mask)[0], loaded(feat, ids, pos, mask)[0]
+    assert torch.allclose(head.logits(a), loaded.logits(b), atol=1e-5)
+    if kind == "eagle3":
+        assert torch.equal(loaded.d2t, head.d2t)
+        assert cfg["draft_vocab_size"] == 64 and cfg["architectures"] == [eagle_io.EAGLE3_ARCH]
+
+
+def test_published_eagle1_checkpoint_loads(target, tmp_path):
+    """The authors' EAGLE-1/2 layout: pytorch_model.bin, keys fc.*, layers.0.* (no input norm),
+    an embed_tokens copy, and a plain LlamaConfig with rope_theta."""
+    H, I = 32, 64
+    hd = 8
+    sd = {"fc.weight": torch.randn(H, 2 * H), "fc.bias": torch.randn(H),
+          "embed_tokens.weight": torch.randn(128, H),
+          "layers.0.self_attn.q_proj.weight": torch.randn(4 * hd, H),
+          "layers.0.self_attn.k_proj.weight": torch.randn(2 * hd, H),
+          "layers.0.self_attn.v_proj.weight": torch.randn(2 * hd, H),
+          "layers.0.self_attn.o_proj.weight": torch.randn(H, 4 * hd),
+          "layers.0.mlp.gate_proj.weight": torch.randn(I, H),
+          "layers.0.mlp.up_proj.weight": torch.randn(I, H),
+          "layers.0.mlp.down_proj.weight": torch.randn(H, I),
+          "layers.0.post_attention_layernorm.weight": torch.randn(H)}
+    torch.save(sd, tmp_path / "pytorch_model.bin")
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "bias": True, "hidden_size": H,
+        "intermediate_size": I, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_hidden_layers": 1, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "vocab_size": 128, "max_position_embeddings": 1024, "hidden_act": "silu"}))
+    head, _ = eagle_io.load(tmp_path, target)
+    assert head.kind == "eagle" and head.target_layers == [-1]
+    assert torch.equal(head.layers[0].mlp.down_proj.weight, sd["layers.0.mlp.down_proj.weight"])
+    assert head.embed.data_ptr() == target.get_input_embeddings().weight.data_ptr()
+    m = eagle_method(target, "eagle", tmp_path)
+    base = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(target))
+    for p in prompts(2, seed=3):
+        assert run(m, p, n=20).output_ids == run(base, p, n=20).output_ids
+
+
+def test_published_eagle3_checkpoint_loads(target, tmp_path):
+    """The authors' EAGLE-3 layout: midlayer.*, fc (3H → H), norm, lm_head over a reduced
+    vocabulary, d2t as offsets and t2d as a boolean mask."""
+    H, I, hd, Vd = 32, 64, 8, 40
+    keep = torch.randperm(128)[:Vd].sort().values
+    sd = {"fc.weight": torch.randn(H, 3 * H), "norm.weight": torch.ones(H),
+          "lm_head.weight": torch.randn(Vd, H),
+          "d2t": keep - torch.arange(Vd),
+          "t2d": torch.zeros(128, dtype=torch.bool).index_fill_(0, keep, True),
+          "midlayer.hidden_norm.weight": torch.ones(H),
+          "midlayer.input_layernorm.weight": torch.ones(H),
+          "midlayer.post_attention_layernorm.weight": torch.ones(H),
+          "midlayer.self_attn.q_proj.weight": torch.randn(4 * hd, 2 * H),
+          "midlayer.self_attn.k_proj.weight": torch.randn(2 * hd, 2 * H),
+          "midlayer.self_attn.v_proj.weight": torch.randn(2 * hd, 2 * H),
+          "midlayer.self_attn.o_proj.weight": torch.randn(H, 4 * hd),
+          "midlayer.mlp.gate_proj.weight": torch.randn(I, H),
+          "midlayer.mlp.up_proj.weight": torch.randn(I, H),
+          "midlayer.mlp.down_proj.weight": torch.randn(H, I)}
+    from safetensors.torch import save_file
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": Vd, "hidden_size": H,
+        "intermediate_size": I, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_hidden_layers": 1, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "vocab_size": 128, "max_position_embeddings": 1024, "hidden_act": "silu"}))
+    head, _ = eagle_io.load(tmp_path, target)
+    assert head.kind == "eagle3" and torch.equal(head.d2t, keep)
+    assert head.target_layers == [2, 2, 1]  # [2, N // 2, N - 3] for the 4-layer target
+    assert torch.equal(head.to_target(torch.tensor([0, Vd - 1])), keep[[0, -1]])
+    m = eagle_method(target, "eagle3", tmp_path)
+    base = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(target))
+    for p in prompts(2, seed=5):
+        assert run(m, p, n=20).output_ids == run(base, p, n=20).output_ids
+
+
+def test_wrong_kind_is_one_clear_error(target, tmp_path):
+    from bench.errors import UserError
+    save_head(target, "eagle", tmp_path)
+    with pytest.raises(UserError, match="holds an eagle head; use method=eagle"):
+        eagle_method(target, "eagle3", tmp_path)
+    with pytest.raises(UserError, match="total_tokens='many'"):
+        eagle_method(target, "eagle", tmp_path, total_tokens="many")
+
+
+def test_unrolled_training_matches_inference_drafting(target):
+    """Step j of the training-time test at position s equals drafting j tokens deep from a
+    cache of the true features up to s − j + 1 (the mask of `unroll_mask`)."""
+    head = random_head(target, "eagle3", 2)
+    L, steps = 9, 3
+    feat = torch.randn(1, L, 32)
+    ids = torch.randint(0, 128, (1, L))
+    pos = torch.arange(L)[None]
+    outs, ks, vs, inp = [], [], [], feat
+    with torch.no_grad():
+        for j in range(1, steps + 1):
+            pk = torch.cat(ks, -2) if ks else None
+            pv = torch.cat(vs, -2) if vs else None
+            o, k, v = head(inp, ids, pos, unroll_mask(L, j, torch.float32, "cpu"), pk, pv)
+            outs.append(o)
+            ks.append(k)
+            vs.append(v)
+            inp = torch.cat([inp[:, :1], o[:, :-1]], 1)
+        s = 7
+        for j in (2, 3):
+            c = s - j + 2  # true positions 0..c-1 in the cache
+            cache = HeadCache()
+            o, k, v = head(feat[:, :c], ids[:, :c], pos[:, :c],
+                           unroll_mask(c, 1, torch.float32, "cpu"))
+            cache.append(k, v)
+            f = o[:, -1:]
+            for d in range(1, j):
+                p = c - 1 + d
+                mask = torch.zeros(1, 1, 1, len(cache) + 1)
+                o, k, v = head(f, ids[:, p : p + 1], pos[:, p : p + 1], mask, cache.k, cache.v)
+                cache.append(k, v)
+                f = o
+            assert torch.allclose(f[0, 0], outs[j - 1][0, s], atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+@pytest.mark.parametrize("knobs", [{"k": 4, "top_k": 3, "total_tokens": 10},
+                                   {"k": 1, "top_k": 1, "total_tokens": 1},
+                                   {"k": 6, "top_k": 4, "total_tokens": "auto"}])
+def test_dynamic_tree_reproduces_ar(target, tmp_path, kind, knobs):
+    d = save_head(target, kind, tmp_path / "head", seed=3)
+    m = eagle_method(target, kind, d, **knobs)
+    ar = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(target))
+    for p in prompts(4, seed=11):
+        base, res = run(ar, p), run(m, p)
+        assert res.output_ids == base.output_ids
+        assert len(res.drafted_per_pos) <= m.depth
+        assert res.drafted_tokens <= m.total_tokens * (len(res.accept_lengths) - 1)
+    if knobs["total_tokens"] == "auto":
+        assert m.info["verify_cost_ms"] and m.total_tokens >= 1
+
+
+def test_budget_choice():
+    assert budget.choose({1: 1.0, 2: 1.1, 4: 1.2, 8: 1.6, 16: 3.0}, 1.5) == 4
+    assert budget.choose({1: 1.0, 8: 1.0, 64: 1.05}, 1.5) == 64
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_check_distribution_passes(kind, tiny_target_dir, tmp_path):
+    from bench.models import load_model
+    tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    d = save_head(tgt, kind, tmp_path / "head", seed=4)
+    summary, _, _ = execute(compose([f"method={kind}", f"method.heads={d}", "method.top_k=4",
+                                     "method.total_tokens=12", "k=3",
+                                     *tiny_run(tiny_target_dir, tmp_path)]), tmp_path)
+    ev = json.loads((tmp_path / "distcheck.json").read_text())
+    assert 0 < ev["accepted_tokens"] < ev["drafted_tokens"]
+    assert summary.dist_pvalue.iloc[0] > 0.01
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_training_learns_and_the_head_is_exact(kind, tiny_target_dir, tmp_path, monkeypatch):
+    from bench.models import load_model
+    from bench.train import distill, loop
+    monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "cache"))
+    tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    f = tmp_path / "prompts.jsonl"
+    words = "write a short poem about the sea and explain the answer step by step".split()
+    f.write_text("".join(json.dumps({"question_id": f"t{i}", "category": "general",
+                                     "turns": [" ".join(words[i % 5: i % 5 + 6])]}) + "\n"
+                         for i in range(10)))
+    data = distill.build(str(tiny_target_dir), f, 20, [0, 1, -1], batch=5)
+    spec = EagleSpec(data, tgt, kind, steps=2 if kind == "eagle3" else 1, eval_steps=2,
+                     vocab_size=48, batch_size=4, holdout=0.3, base="tiny", layers=None
+                     if kind == "eagle" else [0, 1, 1])
+    before = loop.evaluate(spec)
+    assert len(before["top1_per_pos"]) == 2
+    result = loop.train(spec, tmp_path / "w", steps=25, lr=3e-3, warmup=2, ckpt_every=10,
+                        eval_every=10)
+    assert result["loss_per_pos"][0] < before["loss_per_pos"][0]
+    spec.save(tmp_path / "head", result)
+    m = eagle_method(tgt, kind, tmp_path / "head")
+    ar = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(tgt))
+    for p in prompts(3, seed=2):
+        assert run(m, p, n=24).output_ids == run(ar, p, n=24).output_ids
+
+
+def test_frequency_ranked_draft_vocabulary(target, tmp_path):
+    """draft_vocab=N drafts only among the N most frequent ids and stays exact."""
+    frequent = list(range(127, 7, -3))  # ids by decreasing frequency
+    eagle_io.save(random_head(target, "eagle", 5), tmp_path, "tiny", dtype=torch.float32,
+                  extra={"frequent_ids": frequent})
+    m = eagle_method(target, "eagle", tmp_path, draft_vocab=12)
+    assert m.info["draft_vocab"] == 12
+    ar = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(target))
+    seen = set()
+    real_draft = m.draft
+
+    def spy(state):
+        prop = real_draft(state)
+        seen.update(prop.tokens.tolist())
+        return prop
+    m.draft = spy
+    for p in prompts(3, seed=9):
+        assert run(m, p, n=24).output_ids == run(ar, p, n=24).output_ids
+    assert seen and seen <= set(frequent[:12])
+    full = eagle_method(target, "eagle", tmp_path, draft_vocab=None)
+    assert full.info["draft_vocab"] == 128

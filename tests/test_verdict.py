@@ -1,0 +1,41 @@
+"""Greedy verdicts: the dtype-aware near-tie tolerance and turns after a divergence."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bench.runner import execute
+from bench.verdict import rounding_step
+from conftest import compose
+from methods.base import Accepted
+from methods.ngram import NGram
+
+
+def test_rounding_step_follows_the_dtype():
+    assert rounding_step(torch.tensor([20.0, -3.0], dtype=torch.bfloat16)) == 0.125
+    assert rounding_step(torch.tensor([40.0], dtype=torch.bfloat16)) == 0.25
+    assert rounding_step(torch.tensor([20.0])) < 1e-5
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_turns_after_a_divergence_are_labelled(tiny_target_dir, tmp_path, monkeypatch):
+    real = NGram.accept
+
+    def wrong_first_token(self, state, proposal, logits):  # a broken method: one wrong token
+        acc = real(self, state, proposal, logits)
+        if state.length == state.n_prompt + 1:
+            acc = Accepted(tokens=[(acc.tokens[0] + 1) % 128] + acc.tokens[1:],
+                           n_draft_accepted=acc.n_draft_accepted, drafted=acc.drafted,
+                           depth=acc.depth)
+        return acc
+    monkeypatch.setattr(NGram, "accept", wrong_first_token)
+    args = ["method=ngram", "model=hf", f"model.target={tiny_target_dir}", "model.dtype=float32",
+            "device=cpu", "task=dialog", "limit=1", "max_new_tokens=6", "repeats=1", "warmup=0",
+            f"out={tmp_path}"]
+    summary, path, _ = execute(compose(args), tmp_path)
+    recs = [json.loads(x) for x in open(path)]
+    verdicts = [r["verdict"] for r in recs if r["role"] == "method"]
+    assert verdicts == ["mismatch", "after-divergence"]
+    assert summary.mismatches.iloc[0] == 1 and summary.exact_match.iloc[0] == 0
