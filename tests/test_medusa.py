@@ -107,3 +107,21 @@ def test_medusa_sampling_is_seeded(target, tmp_path):
     out = [generate(md, prompts(1)[0], 30, sp, set(), Clock(torch.device("cpu")),
                     torch.Generator().manual_seed(s)).output_ids for s in (5, 5, 6)]
     assert out[0] == out[1] != out[2] and len(out[0]) == 30
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_check_distribution_passes_on_a_medusa_tree(tiny_target_dir, tmp_path):
+    """The tree rule on a real Medusa tree (point-mass siblings at several depths), at T = 1."""
+    from bench.models import load_model
+    from bench.runner import execute
+    from conftest import compose
+    from test_distcheck import tiny_run
+    tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    lm = tgt.get_output_embeddings().weight.detach()
+    d = tmp_path / "heads"
+    heads_io.save(random_heads(lm.shape[1], 3, 4), d, "tiny")
+    summary, _, _ = execute(compose(["method=medusa", f"method.heads={d}", "method.tree=medium",
+                                     *tiny_run(tiny_target_dir, tmp_path)]), tmp_path)
+    ev = json.loads((tmp_path / "distcheck.json").read_text())
+    assert 0 < ev["accepted_tokens"] < ev["drafted_tokens"]
+    assert summary.dist_pvalue.iloc[0] > 0.01

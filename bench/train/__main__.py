@@ -37,8 +37,14 @@ def run(cfg: DictConfig) -> None:
     t0 = time.time()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True)) as progress:
-        data = distill.build(cfg.target, Path(cfg.prompts), int(cfg.max_new_tokens),
-                             list(cfg.layers), cfg.dtype, int(cfg.batch), cfg.limit, progress)
+        files = [cfg.prompts] if isinstance(cfg.prompts, str) else list(cfg.prompts)
+        data = []
+        for f in files:  # one cached distillation set per prompt file
+            if not Path(f).exists():
+                raise UserError(f"prompts={f!r} does not exist (give JSONL files of prompts)")
+            data += distill.build(cfg.target, Path(f), int(cfg.max_new_tokens),
+                                  list(cfg.layers), cfg.dtype, int(cfg.batch), cfg.limit,
+                                  progress)
         t_data = time.time() - t0
         target, _ = load_model(cfg.target, torch.device("cpu"), getattr(torch, cfg.dtype))
         d = cfg.drafter

@@ -64,16 +64,19 @@ class MedusaHeads(nn.Module):
 
 def loss(heads: MedusaHeads, h: torch.Tensor, labels: torch.Tensor, lm_head: torch.Tensor,
          decay: float = 0.8):
-    """h (N, H) hidden states; labels (num_heads, N) token ids, -100 = ignore.
+    """h (N, H) hidden states; labels (num_heads, N) row indices of `lm_head`, -100 = ignore,
+    -1 = a token outside `lm_head`'s rows (left out of the loss, counted as a miss).
 
     → (weighted loss, per-head loss (num_heads,), per-head top-1 accuracy (num_heads,))."""
     logits = heads.logits(h, lm_head).float()  # (heads, N, V)
     per, acc = [], []
     for i in range(heads.num_heads):
-        valid = labels[i] != -100
-        li = nn.functional.cross_entropy(logits[i][valid], labels[i][valid])
+        scored = labels[i] != -100
+        inside = labels[i] >= 0
+        li = nn.functional.cross_entropy(logits[i][inside], labels[i][inside])
         per.append(li)
-        acc.append((logits[i][valid].argmax(-1) == labels[i][valid]).float().mean())
+        hits = (logits[i][inside].argmax(-1) == labels[i][inside]).sum()
+        acc.append(hits.float() / scored.sum().clamp_min(1))
     per_t = torch.stack(per)
     w = decay ** torch.arange(heads.num_heads, dtype=per_t.dtype)
     return (w * per_t).sum(), per_t.detach(), torch.stack(acc).detach()
