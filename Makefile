@@ -1,6 +1,6 @@
 # specsweep — make help lists the targets.
 PY ?= python3
-SWEEP ?= -m method=ngram task=core limit=3 repeats=2
+SWEEP ?= -m method=ngram,draft,medusa,eagle,eagle3 task=core limit=2 max_new_tokens=64 repeats=2
 RUNS ?=
 
 .PHONY: help install bench test test-fast hf-compare report gate clean

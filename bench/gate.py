@@ -140,9 +140,9 @@ def measure(exp: dict, extra: list[str], out: Path) -> tuple[dict, dict, dict]:
 
 
 def write_baseline(path: Path, exp_path: Path, overrides: list[str], now: dict, skipped: dict,
-                   env: dict) -> None:
+                   env: dict, method_overrides: dict | None = None) -> None:
     doc = {"written_by": "python -m bench.gate --update", "experiment": str(exp_path.name),
-           "overrides": overrides,
+           "overrides": overrides, "method_overrides": method_overrides or {},
            "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "env": env, "methods": now, "skipped": skipped}
     path.write_text(json.dumps(doc, indent=2) + "\n")
@@ -186,13 +186,16 @@ def gate(exp_path: Path, extra: list[str], update: bool, out: Path | None,
     took = time.perf_counter() - start
     overrides = [*exp.get("overrides", []), *extra]
     if update:
-        write_baseline(bpath, exp_path, overrides, now, skipped, env)
+        write_baseline(bpath, exp_path, overrides, now, skipped, env, exp["method_overrides"])
         print(f"gate baseline written to {bpath} ({', '.join(now)}; {took:.0f} s)")
         return 0
     base = json.loads(bpath.read_text())
     blocking, notes = env_problems(base.get("env", {}), env)
     if base.get("overrides") != overrides:
         notes.append(f"overrides: baseline {base.get('overrides')}, now {overrides}")
+    if base.get("method_overrides", {}) != exp["method_overrides"]:
+        notes.append(f"method_overrides: baseline {base.get('method_overrides', {})}, "
+                     f"now {exp['method_overrides']}")
     rows = compare(base.get("methods", {}), now, tol, skipped)
     print_table(rows, f"gate: {exp_path.name} vs {bpath.name} (recorded "
                       f"{base.get('recorded', '?')}) · {took:.0f} s")

@@ -10,6 +10,7 @@ import yaml
 
 from bench import gate
 from bench.config import group_options
+from bench.errors import UserError
 from bench.gate_rules import Tolerances, compare, env_problems
 
 TOL = Tolerances(tau_tol=0.02, exact_match_tol=0.0, speedup_tol=0.15)
@@ -109,6 +110,7 @@ def experiment(tiny_target_dir, tmp_path):
                       "device=cpu", "task=code", "limit=2", "max_new_tokens=16", "repeats=2",
                       "warmup=0", "temperature=0", "device.threads=1"],
         "methods": ["ar", "ngram", "draft"],  # draft: skipped, no drafter configured
+        "method_overrides": {"ngram": ["method.max_n=3"]},
         "baseline": "baseline.json",
         "tau_tol": 0.02, "exact_match_tol": 0.0,
         "speedup_tol": 0.9,  # tiny-model timings are noise; τ and exact_match are the plants
@@ -122,6 +124,7 @@ def test_gate_end_to_end(experiment, capsys):
     assert gate.main(["--experiment", str(experiment), "--update"]) == 0
     doc = json.loads(baseline.read_text())
     assert set(doc["methods"]) == {"ar", "ngram"} and "draft" in doc["skipped"]
+    assert doc["method_overrides"] == {"ngram": ["method.max_n=3"]}
     assert doc["methods"]["ngram"]["tau"] > 1.0
 
     capsys.readouterr()
@@ -140,3 +143,10 @@ def test_gate_end_to_end(experiment, capsys):
     baseline.write_text(json.dumps(doc))
     assert gate.main(["--experiment", str(experiment)]) == 1
     assert "FAIL: regression in ar, ngram" in capsys.readouterr().out
+
+
+def test_method_overrides_must_be_lists(tmp_path):
+    path = tmp_path / "gate.yaml"
+    path.write_text(yaml.safe_dump({"overrides": [], "method_overrides": {"eagle": "k=1"}}))
+    with pytest.raises(UserError, match="method_overrides"):
+        gate.load_experiment(path)
