@@ -67,7 +67,8 @@ def test_sweep_runs_each_job(tiny_target_dir, tmp_path):
 
 
 BAD = [
-    (["method=eagle"], "method='eagle' is unknown; choose one of: ar, draft, medusa, ngram"),
+    (["method=eagle9"], "method='eagle9' is unknown; choose one of: ar, draft, eagle, eagle3, "
+                        "medusa, ngram"),
     (["task=nope"], "task='nope' is unknown"),
     (["model=nope"], "model='nope' is unknown"),
     (["tempreature=1"], "unknown setting 'tempreature'"),
@@ -77,7 +78,11 @@ BAD = [
     (["model.dtype=float8"], "model.dtype='float8' is not valid; choose one of: float32, bfloat16"),
     (["device=tpu"], "device='tpu' is unknown"),
     (["model=hf", "model.target=/nonexistent/model"], "cannot load model '/nonexistent/model'"),
-    (["method=draft"], "method=draft needs a draft model"),
+    (["method=draft", "model.draft=null"], "method=draft needs a draft model"),
+    (["method=eagle", "model.eagle=null"], "method=eagle needs a head"),
+    (["method=eagle3", "method.heads=/nonexistent"], "method.heads='/nonexistent' is not a "
+                                                      "directory"),
+    (["method=eagle", "method.total_tokens=lots"], "method.total_tokens='lots' is not valid"),
 ]
 
 
