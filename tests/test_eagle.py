@@ -44,6 +44,15 @@ def save_head(target, kind, path, seed=0):
     return path
 
 
+def write_published_config(path, hidden, inter, **fields):
+    """config.json as the EAGLE authors publish it: plain LlamaConfig fields, rope_theta."""
+    (path / "config.json").write_text(json.dumps({
+        "hidden_size": hidden, "intermediate_size": inter, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "num_hidden_layers": 1, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0, "vocab_size": 128, "max_position_embeddings": 1024,
+        "hidden_act": "silu", **fields}))
+
+
 def eagle_method(target, kind, path, **kw):
     node = {"_target_": f"methods.{kind}.{'Eagle' if kind == 'eagle' else 'Eagle3'}",
             "name": kind, "k": 4, "heads": str(path), "top_k": 3, "total_tokens": 10,
@@ -83,11 +92,7 @@ def test_published_eagle1_checkpoint_loads(target, tmp_path):
           "layers.0.mlp.down_proj.weight": torch.randn(H, I),
           "layers.0.post_attention_layernorm.weight": torch.randn(H)}
     torch.save(sd, tmp_path / "pytorch_model.bin")
-    (tmp_path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "bias": True, "hidden_size": H,
-        "intermediate_size": I, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "num_hidden_layers": 1, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-        "vocab_size": 128, "max_position_embeddings": 1024, "hidden_act": "silu"}))
+    write_published_config(tmp_path, H, I, architectures=["LlamaForCausalLM"], bias=True)
     head, _ = eagle_io.load(tmp_path, target)
     assert head.kind == "eagle" and head.target_layers == [-1]
     assert torch.equal(head.layers[0].mlp.down_proj.weight, sd["layers.0.mlp.down_proj.weight"])
@@ -119,11 +124,8 @@ def test_published_eagle3_checkpoint_loads(target, tmp_path):
           "midlayer.mlp.down_proj.weight": torch.randn(H, I)}
     from safetensors.torch import save_file
     save_file(sd, str(tmp_path / "model.safetensors"))
-    (tmp_path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": Vd, "hidden_size": H,
-        "intermediate_size": I, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "num_hidden_layers": 1, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-        "vocab_size": 128, "max_position_embeddings": 1024, "hidden_act": "silu"}))
+    write_published_config(tmp_path, H, I, architectures=["LlamaForCausalLMEagle3"],
+                           draft_vocab_size=Vd)
     head, _ = eagle_io.load(tmp_path, target)
     assert head.kind == "eagle3" and torch.equal(head.d2t, keep)
     assert head.target_layers == [2, 2, 1]  # [2, N // 2, N - 3] for the 4-layer target

@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from bench.errors import UserError
 from bench.train import eagle
-from bench.train.specs import answer_counts, frequent_ids, is_heldout
+from bench.train.specs import SequenceSpec, answer_counts, frequent_ids
 
 
 def unroll_mask(L: int, j: int, dtype, device) -> torch.Tensor:
@@ -38,7 +38,7 @@ def unroll_mask(L: int, j: int, dtype, device) -> torch.Tensor:
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
 
 
-class EagleSpec:
+class EagleSpec(SequenceSpec):
     def __init__(self, data: list[dict], target, kind: str, steps: int, eval_steps: int,
                  vocab_size: int | None, batch_size: int, holdout: float, base: str,
                  layers: list[int] | None = None):
@@ -51,9 +51,7 @@ class EagleSpec:
             raise UserError(f"drafter={kind} needs target hidden states {self.layers}; the "
                             f"distillation data keeps {sorted(have)} (set layers=[...] in the "
                             f"training config)")
-        self.seqs = {"train": [], "eval": []}
-        for seq in data:
-            self.seqs["eval" if is_heldout(seq["id"], holdout) else "train"].append(seq)
+        self.split(data, holdout)
         V = target.config.vocab_size
         d2t = None
         self.coverage = 1.0
@@ -75,15 +73,8 @@ class EagleSpec:
         self.t2d = torch.full((V,), -1, dtype=torch.long)
         self.t2d[scored] = torch.arange(scored.numel())
 
-    def sizes(self) -> dict:
-        return {k: sum(len(s["ids"]) - s["start"] for s in v) for k, v in self.seqs.items()}
-
     def batches(self, split: str, rng: torch.Generator | None):
-        seqs = self.seqs[split]
-        order = torch.randperm(len(seqs), generator=rng).tolist() if rng is not None \
-            else list(range(len(seqs)))
-        for b in range(0, len(order), self.batch_size):
-            group = [seqs[i] for i in order[b : b + self.batch_size]]
+        for group in self.groups(split, rng):
             L = max(len(s["ids"]) for s in group) - 1  # positions t with a next token
             ids = torch.zeros(len(group), L + 1, dtype=torch.long)
             labels = torch.full((len(group), L), -100, dtype=torch.long)

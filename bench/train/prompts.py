@@ -77,6 +77,18 @@ SENTENCES = {
 }
 
 
+def numbered(rows: list[tuple[str, str]], rng: random.Random, prefix: str) -> list[dict]:
+    """Shuffle (category, text) rows, drop repeated texts, number them as prompt rows."""
+    rng.shuffle(rows)
+    seen, out = set(), []
+    for cat, text in rows:
+        if text not in seen:
+            seen.add(text)
+            out.append({"question_id": f"{prefix}-{len(out):04d}", "category": cat,
+                        "turns": [text]})
+    return out
+
+
 def build(seed: int = 1234) -> list[dict]:
     rng = random.Random(seed)
     topics = [t.strip() for t in TOPICS.split(";") if t.strip()]
@@ -94,13 +106,7 @@ def build(seed: int = 1234) -> list[dict]:
         for _ in range(12):
             text = " ".join(rng.sample(sents, 3))
             rows.append(("translation", f"Please translate into English: {text}"))
-    rng.shuffle(rows)
-    seen, out = set(), []
-    for cat, text in rows:
-        if text not in seen:
-            seen.add(text)
-            out.append({"question_id": f"train-{len(out):04d}", "category": cat, "turns": [text]})
-    return out
+    return numbered(rows, rng, "train")
 
 
 # --- the focus set: more of the request styles the general set has few of (code given as a
@@ -218,13 +224,7 @@ def build_focus(seed: int = 4321) -> list[dict]:
     for tpl in EXTRACT:
         for _ in range(5):
             rows.append(("general", tpl.format(a=rng.randint(2, 28), b=rng.randint(2, 28))))
-    rng.shuffle(rows)
-    seen, out = set(), []
-    for cat, text in rows:
-        if text not in seen:
-            seen.add(text)
-            out.append({"question_id": f"focus-{len(out):04d}", "category": cat, "turns": [text]})
-    return out
+    return numbered(rows, rng, "focus")
 
 
 def main() -> None:

@@ -106,7 +106,27 @@ class MedusaSpec:
                            "train_positions": self.sizes(), "frequent_ids": self.frequent})
 
 
-class DraftSpec:
+class SequenceSpec:
+    """Shared by specs that train on whole sequences: the prompt-level split, sizes, and the
+    batch order (shuffled for training, in order for evaluation)."""
+
+    def split(self, data: list[dict], holdout: float) -> None:
+        self.seqs = {"train": [], "eval": []}
+        for seq in data:
+            self.seqs["eval" if is_heldout(seq["id"], holdout) else "train"].append(seq)
+
+    def sizes(self) -> dict:
+        return {k: sum(len(s["ids"]) - s["start"] for s in v) for k, v in self.seqs.items()}
+
+    def groups(self, split: str, rng: torch.Generator | None):
+        seqs = self.seqs[split]
+        order = torch.randperm(len(seqs), generator=rng).tolist() if rng is not None \
+            else list(range(len(seqs)))
+        for b in range(0, len(order), self.batch_size):
+            yield [seqs[i] for i in order[b : b + self.batch_size]]
+
+
+class DraftSpec(SequenceSpec):
     """Whole sequences; the draft predicts the target's next token over the answer positions.
 
     Labels are draft-vocabulary ids (t2d of the next token); a next token outside the draft
@@ -118,9 +138,7 @@ class DraftSpec:
         from bench.train import draftmodel
 
         self.batch_size, self.base = batch_size, base
-        self.seqs = {"train": [], "eval": []}
-        for seq in data:
-            self.seqs["eval" if is_heldout(seq["id"], holdout) else "train"].append(seq)
+        self.split(data, holdout)
         V = target.config.vocab_size
         counts = answer_counts(self.seqs["train"], V)
         vocab_size = min(vocab_size, V)
@@ -131,15 +149,8 @@ class DraftSpec:
         self.module = draftmodel.from_target(target, num_layers, self.d2t)
         self.module.requires_grad_(True)
 
-    def sizes(self) -> dict:
-        return {k: sum(len(s["ids"]) - s["start"] for s in v) for k, v in self.seqs.items()}
-
     def batches(self, split: str, rng: torch.Generator | None):
-        seqs = self.seqs[split]
-        order = torch.randperm(len(seqs), generator=rng).tolist() if rng is not None \
-            else list(range(len(seqs)))
-        for b in range(0, len(order), self.batch_size):
-            group = [seqs[i] for i in order[b : b + self.batch_size]]
+        for group in self.groups(split, rng):
             L = max(len(s["ids"]) for s in group)
             ids = torch.zeros(len(group), L, dtype=torch.long)
             mask = torch.zeros(len(group), L, dtype=torch.long)
