@@ -62,10 +62,15 @@ def check_overrides(argv: list[str]) -> None:
         if key not in known:
             raise UserError(f"unknown setting {key!r}; valid: {', '.join(sorted(known))}")
         if key in GROUPS:
-            options = group_options(key)
-            for v in value.split(","):
-                if v and v not in options:
-                    raise UserError(f"{key}={v!r} is unknown; choose one of: {', '.join(options)}")
+            check_group_values(key, value)
+
+
+def check_group_values(group: str, value: str) -> None:
+    """`value` (one option or a comma-separated sweep) must name files in conf/<group>/."""
+    options = group_options(group)
+    for v in value.split(","):
+        if v and v not in options:
+            raise UserError(f"{group}={v!r} is unknown; choose one of: {', '.join(options)}")
 
 
 def _need(ok: bool, msg: str) -> None:

@@ -12,6 +12,15 @@ from __future__ import annotations
 import torch
 
 
+def inverse(ids: torch.Tensor | None, vocab: int) -> torch.Tensor:
+    """t2d: target id → position in `ids` (−1 outside); `ids` None means every id."""
+    if ids is None:
+        return torch.arange(vocab)
+    t2d = torch.full((vocab,), -1, dtype=torch.long)
+    t2d[ids.cpu()] = torch.arange(ids.numel())
+    return t2d
+
+
 class DraftVocab:
     def __init__(self, weight: torch.Tensor, frequent: list[int] | None, size: int | None):
         """weight (V, H): the target's output layer; frequent: ids by decreasing frequency."""

@@ -56,6 +56,15 @@ class Writer:
         self.add(f"![{alt}]({name})", f"<sub>data: [{name.replace('.png', '.csv')}]"
                  f"({name.replace('.png', '.csv')})</sub>", "")
 
+    def section(self, heading: str, empty: str | None, fn, df: pd.DataFrame, name: str,
+                alt: str, *args, **kw) -> None:
+        """A `###` section: the chart of `df`, or the sentence `empty` when df has no rows."""
+        self.add(f"### {heading}", "")
+        if empty is not None and df.empty:
+            self.add(empty, "")
+        else:
+            self.chart(fn, df, name, alt, *args, **kw)
+
 
 def display_path(p: str) -> str:
     """A run's path relative to the repository when it lies inside it."""
@@ -105,55 +114,41 @@ def group_section(w: Writer, group: str, g: pd.DataFrame, recs: pd.DataFrame) ->
     bars = t0[["label", "method", "k", "task", "speedup", "speedup_ci_low", "speedup_ci_high",
                "tau", "tau_ci_low", "tau_ci_high"]]
     bars = tables.config_order(bars.assign(temperature=0)).drop(columns="temperature")
-    w.add("### Speedup by task", "")
-    w.chart(charts.bars_by_task, bars, f"speedup_by_task__{s}.png", "speedup by task",
-            "speedup", "speedup over autoregressive (×)", title="Speedup by task and method",
-            subtitle=sub)
-    w.add("### τ by task", "")
-    w.chart(charts.bars_by_task, bars, f"tau_by_task__{s}.png", "tau by task", "tau",
-            "τ (tokens per target forward)", title="τ by task and method",
-            subtitle=sub)
+    w.section("Speedup by task", None, charts.bars_by_task, bars, f"speedup_by_task__{s}.png",
+              "speedup by task", "speedup", "speedup over autoregressive (×)",
+              title="Speedup by task and method", subtitle=sub)
+    w.section("τ by task", None, charts.bars_by_task, bars, f"tau_by_task__{s}.png",
+              "tau by task", "tau", "τ (tokens per target forward)",
+              title="τ by task and method", subtitle=sub)
 
     ks = tables.k_sweep(g)
-    w.add("### k sweep", "")
-    if ks.empty:
-        w.add("No method in this group ran at two or more values of k.", "")
-    else:
-        w.chart(charts.sweep_lines, ks, f"k_sweep__{s}.png", "k sweep", "k",
-                "k: draft tokens per round", "method",
-                title="Speedup and τ against draft length k", subtitle=sub + " · overall")
+    w.section("k sweep", "No method in this group ran at two or more values of k.",
+              charts.sweep_lines, ks, f"k_sweep__{s}.png", "k sweep", "k",
+              "k: draft tokens per round", "method",
+              title="Speedup and τ against draft length k", subtitle=sub + " · overall")
     ts = tables.temperature_sweep(g)
-    w.add("### Temperature sweep", "")
-    if ts.empty:
-        w.add("No method config in this group ran at two or more temperatures.", "")
-    else:
-        w.chart(charts.sweep_lines, ts, f"temperature_sweep__{s}.png", "temperature sweep",
-                "temperature", "sampling temperature T (0 = greedy)", "label",
-                title="Speedup and τ against sampling temperature",
-                subtitle=group + " · overall")
+    w.section("Temperature sweep",
+              "No method config in this group ran at two or more temperatures.",
+              charts.sweep_lines, ts, f"temperature_sweep__{s}.png", "temperature sweep",
+              "temperature", "sampling temperature T (0 = greedy)", "label",
+              title="Speedup and τ against sampling temperature", subtitle=group + " · overall")
     alpha = tables.alpha_table(g)
-    w.add("### Acceptance rate per draft position", "")
-    if alpha.empty:
-        w.add("No per-position draft counts in this group (no drafting method, or imported).", "")
-    else:
-        w.chart(charts.alpha_per_position, alpha, f"alpha_per_position__{s}.png",
-                "acceptance per position", title="Acceptance rate per draft position",
-                subtitle=sub + " · overall")
+    w.section("Acceptance rate per draft position",
+              "No per-position draft counts in this group (no drafting method, or imported).",
+              charts.alpha_per_position, alpha, f"alpha_per_position__{s}.png",
+              "acceptance per position", title="Acceptance rate per draft position",
+              subtitle=sub + " · overall")
     tb = tables.time_breakdown(recs, g)
-    w.add("### Time breakdown", "")
-    if tb.empty:
-        w.add("No per-phase times in this group (imported answer files carry none).", "")
-    else:
-        w.chart(charts.time_breakdown, tb, f"time_breakdown__{s}.png", "time breakdown",
-                title="Where the wall time goes, per method", subtitle=sub)
+    w.section("Time breakdown",
+              "No per-phase times in this group (imported answer files carry none).",
+              charts.time_breakdown, tb, f"time_breakdown__{s}.png", "time breakdown",
+              title="Where the wall time goes, per method", subtitle=sub)
     mem = tables.memory_table(g)
-    w.add("### Memory overhead", "")
-    if mem.empty:
-        w.add("No memory measurements in this group (imported answer files carry none).", "")
-    else:
-        w.chart(charts.memory, mem, f"memory__{s}.png", "memory overhead",
-                title="Memory overhead per method (extra weights + peak-memory delta)",
-                subtitle=sub)
+    w.section("Memory overhead",
+              "No memory measurements in this group (imported answer files carry none).",
+              charts.memory, mem, f"memory__{s}.png", "memory overhead",
+              title="Memory overhead per method (extra weights + peak-memory delta)",
+              subtitle=sub)
 
 
 def device_section(w: Writer, cells: pd.DataFrame) -> None:

@@ -160,33 +160,31 @@ class Eagle(Method):
         tok = [top.indices]
         par = [torch.full((K,), -1, dtype=torch.long, device=dev)]
         score = [top.values]
-        frontier = torch.arange(K, device=dev)  # pool indices
+        frontier = torch.arange(K, device=dev)  # pool indices of the nodes to expand next
+        f_tok, f_par, f_score = top.indices, [-1] * K, top.values  # their tokens, parents, scores
         f_feat = out[-1].expand(K, -1)
-        row_of = {}  # pool index → head-cache row of its expansion
-        anc = {-1: []}  # pool index → expanded ancestors' cache rows (itself excluded)
+        chain = {-1: []}  # expanded pool node → head-cache rows of it and its ancestors
         size = K
         for d in range(1, self.depth):
-            all_tok, all_par = torch.cat(tok), torch.cat(par)
             fr = frontier.tolist()
             t = len(cache) - base
             tree_allowed = torch.zeros(len(fr), t, dtype=torch.bool, device=dev)
-            for i, node in enumerate(fr):
-                p = int(all_par[node])
-                rows = anc[p] + ([row_of[p]] if p >= 0 else [])
-                anc[node] = rows
-                if rows:
-                    tree_allowed[i, [r - base for r in rows]] = True
+            for i, p in enumerate(f_par):
+                if chain[p]:
+                    tree_allowed[i, [r - base for r in chain[p]]] = True
             pos = torch.full((len(fr),), n - 2 + d, dtype=torch.long, device=dev)
-            o = self._step(cache, f_feat, head.to_target(all_tok[frontier]), pos, tree_allowed)
-            for i, node in enumerate(fr):
-                row_of[node] = base + t + i
+            o = self._step(cache, f_feat, head.to_target(f_tok), pos, tree_allowed)
+            for i, (node, p) in enumerate(zip(fr, f_par)):
+                chain[node] = chain[p] + [base + t + i]
             lp = torch.log_softmax(head.logits(o).float(), -1)  # (F, Vd)
             ch = lp.topk(K, dim=-1)
-            cand = (torch.cat(score)[frontier][:, None] + ch.values).flatten()  # (F·K,)
-            tok.append(ch.indices.flatten())
+            cand = (f_score[:, None] + ch.values).flatten()  # (F·K,)
+            kids = ch.indices.flatten()
+            tok.append(kids)
             par.append(frontier.repeat_interleave(K))
             score.append(cand)
             best = cand.topk(min(K, cand.numel())).indices
+            f_tok, f_score, f_par = kids[best], cand[best], frontier[best // K].tolist()
             frontier = size + best
             f_feat = o[best // K]
             size += cand.numel()

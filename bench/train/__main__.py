@@ -82,14 +82,14 @@ def main(cfg: DictConfig) -> None:
 
 def check_drafter(argv: list[str]) -> None:
     """One clear line for an unknown drafter, before Hydra's multi-line error."""
-    from bench.config import group_options
+    from bench.config import check_group_values
 
     for arg in argv:
-        if arg.startswith("drafter=") and "," not in arg:
-            name = arg.split("=", 1)[1]
-            if name not in group_options("drafter"):
-                print(f"error: drafter={name!r} is unknown; choose one of: "
-                      f"{', '.join(group_options('drafter'))}", file=sys.stderr)
+        if arg.startswith("drafter="):
+            try:
+                check_group_values("drafter", arg.split("=", 1)[1])
+            except UserError as e:
+                print(f"error: {e}", file=sys.stderr)
                 sys.exit(2)
 
 

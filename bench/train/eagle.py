@@ -134,7 +134,7 @@ class EagleHead(nn.Module):
         # plain tensors sharing the target's storage: not parameters of the head, never saved
         self.embed = target.get_input_embeddings().weight.detach()
         self.out_head = target.get_output_embeddings().weight.detach()
-        self.vocab = None
+        self.restrict(None, None)  # eagle: the full vocabulary until restricted
         return self
 
     def restrict(self, frequent: list[int] | None, size: int | None) -> int:
@@ -171,14 +171,12 @@ class EagleHead(nn.Module):
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits (full vocabulary for `eagle`)."""
         if self.kind == "eagle":
-            if self.vocab is not None:
-                return self.vocab.logits(out)
-            return out @ self.out_head.T.to(out.dtype)
+            return self.vocab.logits(out)
         return self.lm_head(self.norm(out))
 
     def to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
         if self.kind == "eagle":
-            return draft_ids if self.vocab is None else self.vocab.to_target(draft_ids)
+            return self.vocab.to_target(draft_ids)
         return self.d2t[draft_ids]
 
 

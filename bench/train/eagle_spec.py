@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
+from bench.draftvocab import inverse
 from bench.errors import UserError
 from bench.train import eagle
 from bench.train.specs import SequenceSpec, answer_counts, frequent_ids
@@ -66,12 +67,9 @@ class EagleSpec(SequenceSpec):
         self.module.out_head = self.module.out_head.float()
         if kind == "eagle":  # cross-entropy over the frequent tokens: V / 8192 times cheaper
             self.module.restrict(self.frequent, len(self.frequent))
-            ids = self.module.vocab.ids
-            scored = torch.arange(V) if ids is None else ids
+            self.t2d = inverse(self.module.vocab.ids, V)
         else:
-            scored = d2t
-        self.t2d = torch.full((V,), -1, dtype=torch.long)
-        self.t2d[scored] = torch.arange(scored.numel())
+            self.t2d = inverse(d2t, V)
 
     def batches(self, split: str, rng: torch.Generator | None):
         for group in self.groups(split, rng):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from bench.draftvocab import DraftVocab, inverse
 from bench.train import medusa
 
 
@@ -59,10 +60,9 @@ class MedusaSpec:
             [x for x in data if not is_heldout(x["id"], holdout)], V))
         # cross-entropy over the frequent tokens only: V / 8192 times cheaper on a CPU; the
         # heads draft over them at run time too (draft_vocab)
-        ids = torch.tensor(sorted(self.frequent))
-        self.lm_head = self.lm_head[ids].contiguous()
-        t2d = torch.full((V,), -1, dtype=torch.long)
-        t2d[ids] = torch.arange(ids.numel())
+        vocab = DraftVocab(self.lm_head, self.frequent, len(self.frequent))
+        self.lm_head = vocab.weight
+        t2d = inverse(vocab.ids, V)
         self.h = {k: torch.cat(v[0]) for k, v in parts.items() if v[0]}
         self.labels = {}
         for k, v in parts.items():
@@ -143,8 +143,7 @@ class DraftSpec(SequenceSpec):
         counts = answer_counts(self.seqs["train"], V)
         vocab_size = min(vocab_size, V)
         self.d2t = counts.topk(vocab_size).indices.sort().values
-        self.t2d = torch.full((V,), -1, dtype=torch.long)
-        self.t2d[self.d2t] = torch.arange(vocab_size)
+        self.t2d = inverse(self.d2t, V)
         self.coverage = float(counts[self.d2t].sum() / counts.sum().clamp_min(1))
         self.module = draftmodel.from_target(target, num_layers, self.d2t)
         self.module.requires_grad_(True)
