@@ -3,7 +3,7 @@ PY ?= python3
 SWEEP ?= -m method=ngram,draft,medusa,eagle,eagle3 task=core limit=2 max_new_tokens=64 repeats=2
 RUNS ?=
 
-.PHONY: help install bench test test-fast hf-compare report gate clean
+.PHONY: help install bench test test-fast engine-check report gate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -22,8 +22,8 @@ test:  ## the whole test suite (CPU, tiny models, one smoke run on the embedded 
 test-fast:  ## tests without the embedded-model smoke run
 	$(PY) -m pytest -m "not slow"
 
-hf-compare:  ## our ar baseline against transformers generate() on the same prompts
-	$(PY) -m bench.hf_compare
+engine-check:  ## engines side by side here: tokens/s vs generate(), roofline, verify cost curve
+	$(PY) -m bench.engine_check
 
 report:  ## charts and tables of every run under results/ (or RUNS=dirs) into reports/index.md
 	$(PY) -m bench.report $(RUNS)

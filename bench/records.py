@@ -13,8 +13,6 @@ from pathlib import Path
 
 import torch
 
-from bench.models import weight_bytes
-
 MB = 1e6
 
 
@@ -29,7 +27,9 @@ def record(runner, prompt, method, role, repeat, turn, prompt_ids, res, peak, ve
         "prompt_id": prompt.id, "turn": turn, "repeat": repeat, "role": role,
         "method": runner.method.name, "method_run": method.name, "k": runner.k,
         "temperature": float(cfg.temperature), "top_k": int(cfg.top_k), "top_p": float(cfg.top_p),
-        "device": runner.device.type, "dtype": str(cfg.model.dtype), "model": cfg.model.name,
+        "device": runner.device.type, "dtype": runner.choice["dtype"],
+        "engine": runner.choice["engine"], "weights": runner.choice["weights"],
+        "model": cfg.model.name,
         "prompt_tokens": res.n_prompt, "new_tokens": new, "stop": res.stop,
         "wall_s": wall, "prefill_s": t["prefill"] / 1e9, "draft_s": t["draft"] / 1e9,
         "verify_s": t["verify"] / 1e9, "other_s": t["other"] / 1e9, "ttft_s": ttft,
@@ -79,10 +79,11 @@ def env_info(runner) -> dict:
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
         "git_sha": git_sha(), "model": str(runner.cfg.model.target),
-        "dtype": str(runner.cfg.model.dtype),
-        "target_weight_mb": weight_bytes(runner.target) / MB,
+        "dtype": runner.choice["dtype"], "engine_choice": runner.choice,
+        "target_weight_mb": runner.target.weight_bytes() / MB,
         "method_extra_mb": runner.method.extra_bytes() / MB,
         "method_info": getattr(runner.method, "info", {}),
+        "cost_curve_ms": {q: round(c * 1e3, 3) for q, c in runner.cost_curve.items()},
     }
 
 
@@ -96,7 +97,10 @@ class RecordWriter:
     def write_env(self, runner) -> None:
         from omegaconf import OmegaConf
         (self.dir / "env.json").write_text(json.dumps(env_info(runner), indent=2))
-        (self.dir / "config.yaml").write_text(OmegaConf.to_yaml(runner.cfg))
+        resolved = {k: runner.choice[k] for k in ("engine", "weights", "dtype", "kernel")}
+        (self.dir / "config.yaml").write_text(OmegaConf.to_yaml(runner.cfg) +
+                                              "# resolved on this machine (env.json says why)\n" +
+                                              OmegaConf.to_yaml({"resolved": resolved}))
 
     def write(self, row: dict) -> None:
         self.f.write(json.dumps(row) + "\n")

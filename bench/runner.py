@@ -20,9 +20,11 @@ from bench.clock import Clock
 from bench.errors import UserError
 from bench.loop import generate
 from bench.memory import PeakMemory
-from bench.models import load_model, resolve_device, resolve_dtype
+from bench.models import load_generation_config, load_tokenizer, resolve_device
 from bench.sampling import SamplingParams
 from bench.verdict import compare
+from engines import probe
+from engines.load import load as load_engine
 from tasks.loader import Prompt, load_prompts
 
 
@@ -31,8 +33,8 @@ AR_CFG = {"_target_": "methods.ar.AR", "name": "ar", "k": 0}
 
 @dataclass
 class Context:
-    """What a method may use: the target, its tokenizer, device, dtype and the model config."""
-    target: torch.nn.Module
+    """What a method may use: the target engine, its tokenizer, device, dtype, model config."""
+    target: object  # engines.base.Engine
     tokenizer: object
     device: torch.device
     dtype: torch.dtype
@@ -66,9 +68,9 @@ def encode(tokenizer, messages: list[dict], use_template: bool) -> list[int]:
     return tokenizer(text)["input_ids"]
 
 
-def eos_ids(tokenizer, model) -> set[int]:
+def eos_ids(tokenizer, config, generation_config=None) -> set[int]:
     ids = set()
-    for src in (getattr(model, "generation_config", None), model.config):
+    for src in (generation_config, config):
         e = getattr(src, "eos_token_id", None) if src is not None else None
         ids |= set(e if isinstance(e, list) else [e] if e is not None else [])
     if tokenizer is not None and tokenizer.eos_token_id is not None:
@@ -85,7 +87,6 @@ class Runner:
     def __init__(self, cfg: DictConfig, out_dir: Path):
         self.cfg, self.out = cfg, out_dir
         self.device = resolve_device(cfg.device.name)
-        self.dtype = resolve_dtype(cfg.model.dtype)
         if self.device.type == "cpu" and cfg.device.get("threads"):
             torch.set_num_threads(int(cfg.device.threads))
         self.sampling = SamplingParams(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))
@@ -93,13 +94,20 @@ class Runner:
         self.prompts = load_prompts(task_cfg, cfg.limit)
         if not self.prompts:
             raise UserError(f"task={cfg.task.name!r} selected no prompts")
-        self.target, self.tokenizer = load_model(str(cfg.model.target), self.device, self.dtype)
+        self.target, self.choice = load_engine(
+            str(cfg.model.target), self.device, engine=str(cfg.engine),
+            weights=str(cfg.model.get("weights", "auto")),
+            dtype=str(cfg.model.get("dtype", "auto")), kernel=str(cfg.model.get("kernel", "auto")),
+            compile=bool(cfg.model.get("compile", False)))
+        self.tokenizer = load_tokenizer(str(cfg.model.target))
         if self.tokenizer is None:
             raise UserError(f"model.target={cfg.model.target!r} has no tokenizer")
+        self.dtype = self.target.dtype
         self.ctx = Context(self.target, self.tokenizer, self.device, self.dtype, cfg.model, cfg.k)
         self.baseline = build_method(AR_CFG, self.ctx)
         self.method = build_method(cfg.method, self.ctx)
-        self.eos = eos_ids(self.tokenizer, self.target)
+        self.eos = eos_ids(self.tokenizer, self.target.config,
+                           load_generation_config(str(cfg.model.target)))
         self.clock = Clock(self.device)
         self.mem = PeakMemory(self.device)
         self.k = self.ctx.k(cfg.method)
@@ -127,17 +135,34 @@ class Runner:
         return int(self.cfg.max_new_tokens or prompt.max_new_tokens)
 
     def warmup(self) -> None:
+        """Untimed generations of both sides; with model.compile, the graphs are built here and
+        the time it took is reported as compile_s, apart from every measurement."""
+        import time
+
         p = self.prompts[0]
         short = Prompt(p.id, p.task, p.category, p.turns[:1], max_new_tokens=16)
-        for _ in range(int(self.cfg.warmup)):
+        t0 = time.perf_counter()
+        rounds = max(int(self.cfg.warmup), 1 if getattr(self.target, "compiled", False) else 0)
+        for _ in range(rounds):
             for m in (self.baseline, self.method):
                 self.conversation(m, short, min(16, self.max_new(p)))
+        if getattr(self.target, "compiled", False):
+            self.choice["compile_s"] = round(time.perf_counter() - t0, 1)
+            self.graphs = self.target.graphs()
+
+    def check_no_recompile(self, where: str) -> None:
+        """A compiled engine must not compile inside the clock: that time would be counted."""
+        if getattr(self.target, "compiled", False) and self.target.graphs() != self.graphs:
+            raise RuntimeError(f"model.compile: torch.compile built new graphs during {where} "
+                               f"(a timed turn); raise warmup= so that warm-up covers every "
+                               f"shape, or run without model.compile")
 
     def run(self, progress=None) -> Path:
         cfg = self.cfg
         writer = rec.RecordWriter(self.out)
-        writer.write_env(self)
         self.warmup()
+        self.cost_curve = probe.curve(self.target)  # c(q): step time vs verify width, untimed
+        writer.write_env(self)
         if cfg.check == "distribution":  # T > 0: does the method sample the baseline's law?
             from bench import distcheck
             self.dist_pvalue = distcheck.run(self)
@@ -149,6 +174,7 @@ class Runner:
                 order = [("baseline", self.baseline), ("method", self.method)]
                 for role, m in (order if r % 2 == 0 else order[::-1]):
                     runs[role].append(self.conversation(m, prompt, self.max_new(prompt)))
+                    self.check_no_recompile(f"prompt {prompt.id} ({role})")
             verdicts = self.verdicts(runs)
             for role in ("baseline", "method"):
                 m = self.baseline if role == "baseline" else self.method

@@ -8,7 +8,7 @@ Hydra sweep under results/<time>_sweep/<n>_<method>/). `load_runs` returns two D
              source, run, settings; and τ's 95% interval (bootstrap over prompt × turn units)
     records  records.jsonl of every run (output ids dropped) with the same identity columns
 
-`group` names the (model, device, dtype[, source]) a number was measured on: the report never
+`group` names the (model, device, engine · weights · dtype[, source]) a number was measured on: the report never
 puts numbers from two groups into one table or bar without saying so. When several runs measured
 the same cell (group, method, k, temperature, task), the newest run wins.
 """
@@ -77,6 +77,16 @@ def model_name(target: str) -> str:
     return p.name if p.is_absolute() or target.startswith(".") else target
 
 
+def precision_label(env: dict, summary: pd.DataFrame) -> str:
+    """What ran the numbers: 'lean engine · int4 weights · float32' (older runs: the dtype).
+    Weight-only quantization changes the target, so it is part of every group's name."""
+    dtype = env.get("dtype") or (str(summary.dtype.iloc[0]) if len(summary) else "unknown")
+    choice = env.get("engine_choice") or {}
+    if not choice:
+        return dtype
+    return f"{choice.get('engine')} engine · {choice.get('weights')} weights · {dtype}"
+
+
 def group_label(model: str, device: str, dtype: str, source: str = "specsweep") -> str:
     label = f"{model} · {device} · {dtype}"
     return label if source == "specsweep" else f"{label} · {source} import"
@@ -120,7 +130,7 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
     cfg = _read_yaml(run / "config.yaml")
     model = model_name(env.get("model") or (cfg.get("model") or {}).get("target", "unknown"))
     dev = device_name(env) if env else str(summary.device.iloc[0]) if len(summary) else "unknown"
-    dtype = env.get("dtype") or (str(summary.dtype.iloc[0]) if len(summary) else "unknown")
+    dtype = precision_label(env, summary)
     ident = {"source": "specsweep", "model": model, "device_name": dev, "dtype": dtype,
              "run": str(run), "settings": _settings(cfg),
              "group": group_label(model, dev, dtype)}

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
-
 from bench.sampling import SamplingParams
 
 
@@ -20,7 +18,7 @@ class DecodeState:
     ids: torch.Tensor  # (capacity,) long, on the model's device
     length: int  # committed tokens in ids
     n_prompt: int
-    cache: DynamicCache  # target KV cache
+    cache: object  # the target engine's KV cache (engines.cache: length, crop, keep)
     sampling: SamplingParams
     generator: torch.Generator | None
     aux: dict = field(default_factory=dict)
@@ -44,7 +42,7 @@ class DecodeState:
 
     @classmethod
     def start(cls, prompt_ids: list[int], capacity: int, device, sampling: SamplingParams,
-              generator, cache: DynamicCache) -> "DecodeState":
+              generator, cache) -> "DecodeState":
         ids = torch.empty(max(capacity, len(prompt_ids) + 1), dtype=torch.long, device=device)
         ids[: len(prompt_ids)] = torch.tensor(prompt_ids, dtype=torch.long)
         return cls(ids=ids, length=len(prompt_ids), n_prompt=len(prompt_ids), cache=cache,

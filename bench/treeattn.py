@@ -1,11 +1,11 @@
-"""Verifying a token tree in one forward of an unmodified transformers model.
+"""Verifying a token tree in one target forward, on any engine.
 
 A tree of N drafted nodes hangs below the root r = the last committed token. Nodes are listed
 parents-first; parents[j] is the index of node j's parent in 0..N (0 = the root, node j is row
 j + 1). The forward input is [r, n_1..n_N] with
     position_ids = cached_len + depth        (root depth 0)
-    attention    = a float (1, 1, N+1, cached_len+N+1) mask: 0 where a row may attend
-                   (every cached position, itself, its ancestors), dtype-min elsewhere,
+    attention    = a (1, N+1, cached_len+N+1) bool mask, True where a row may attend
+                   (every cached position, itself, its ancestors): engines.base.tree_mask,
 so each node's logits equal those of decoding its root-to-node path sequentially. Afterwards
 `keep_path` keeps only the cached positions of the accepted path.
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from bench import kvcache
 from bench.tree import parents_from_paths
+from engines.base import tree_mask
 
 
 @dataclass(frozen=True)
@@ -53,27 +53,17 @@ class TreeLayout:
         return cls.from_parents([a + 1 for a in parents]), order
 
 
-def tree_mask(layout: TreeLayout, cached: int, dtype: torch.dtype, device) -> torch.Tensor:
-    n = layout.size + 1
-    mask = torch.zeros(1, 1, n, cached + n, dtype=dtype, device=device)
-    mask[0, 0, :, cached:].masked_fill_(~layout.ancestors.to(device), torch.finfo(dtype).min)
-    return mask
-
-
-def verify_tree(model, root: torch.Tensor, tokens: torch.Tensor, layout: TreeLayout, cache,
-                hidden_states: bool = False):
-    """One forward over [root, tokens] (root (1,), tokens (N,)); returns the model output
-    (logits (1, N+1, V), and hidden states if asked)."""
-    cached = kvcache.cache_len(cache)
+def verify_tree(engine, root: torch.Tensor, tokens: torch.Tensor, layout: TreeLayout, cache,
+                hidden=()):
+    """One forward over [root, tokens] (root (1,), tokens (N,)) → engines.base.Out
+    (logits (1, N+1, V), and the hidden states asked for)."""
+    cached = cache.length
     inp = torch.cat([root, tokens])[None]
     pos = (cached + layout.depth.to(inp.device))[None]
-    dtype = next(model.parameters()).dtype
-    mask = tree_mask(layout, cached, dtype, inp.device)
-    return kvcache.forward(model, inp, cache, position_ids=pos, attention_mask=mask,
-                           hidden_states=hidden_states)
+    mask = tree_mask(layout.ancestors.to(inp.device), cached)
+    return engine.forward(inp, cache, positions=pos, mask=mask, hidden=hidden)
 
 
 def keep_path(cache, cached: int, path: list[int]) -> None:
     """After verify: keep cached positions, the root, and the accepted nodes (rows in `path`)."""
-    offsets = torch.tensor([0] + path, dtype=torch.long)
-    kvcache.keep_positions(cache, cached, offsets)
+    cache.keep(cached, torch.tensor([0] + path, dtype=torch.long))

@@ -17,8 +17,6 @@ import math
 
 import torch
 
-from bench import kvcache
-
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b)):
@@ -44,7 +42,8 @@ def compare(target, prompt_ids: list[int], base_out: list[int], method_out: list
     if j is None:
         return {"verdict": "exact", "first_divergence": None, "logit_gap": None, "method_gap": None}
     prefix = torch.tensor([prompt_ids + base_out[:j]], device=device)
-    logits = kvcache.forward(target, prefix, kvcache.new_cache(), logits_to_keep=1).logits[0, -1]
+    out = target.forward(prefix, target.new_cache(prefix.shape[1]), logits_to_keep=1)
+    logits = out.logits[0, -1]
     step = rounding_step(logits)
     logits = logits.float()
     top2 = torch.topk(logits, 2).values

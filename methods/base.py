@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bench import kvcache
 from bench.sampling import accept_chain, accept_greedy, next_token, probs
 from bench.state import DecodeState
 
@@ -41,10 +40,16 @@ class Method:
     lossless = True
 
     def __init__(self, cfg, ctx):
-        """cfg: this method's config node; ctx: bench.runner.Context (target, tokenizer, device…)."""
+        """cfg: this method's config node; ctx: bench.runner.Context (target engine, tokenizer,
+        device…)."""
         self.cfg = cfg
         self.ctx = ctx
-        self.target = ctx.target
+        self.target = ctx.target  # an engines.base.Engine
+
+    def max_verify_width(self) -> int:
+        """The most tokens one verify forward may append to the cache (sizes the cache)."""
+        k = self.ctx.k(self.cfg) if self.cfg is not None else None
+        return (k or 0) + 1
 
     # --- memory: extra weights and buffers this method holds beyond the target ---
     def extra_bytes(self, state: DecodeState | None = None) -> int:
@@ -56,7 +61,7 @@ class Method:
 
     def prefill(self, state: DecodeState) -> torch.Tensor:
         """Target forward over the prompt; returns the (V,) logits for the first new token."""
-        out = kvcache.forward(self.target, state.tokens[None], state.cache, logits_to_keep=1)
+        out = self.target.forward(state.tokens[None], state.cache, logits_to_keep=1)
         return out.logits[0, -1]
 
     def first_token(self, state: DecodeState, logits: torch.Tensor) -> int:
@@ -69,7 +74,7 @@ class Method:
     def verify(self, state: DecodeState, proposal: Proposal) -> torch.Tensor:
         """One target forward over [last, x_1..x_m] → logits (m+1, V)."""
         inp = torch.cat([state.last, proposal.tokens])[None]
-        return kvcache.forward(self.target, inp, state.cache).logits[0]
+        return self.target.forward(inp, state.cache).logits[0]
 
     def accept(self, state: DecodeState, proposal: Proposal, logits: torch.Tensor) -> Accepted:
         """Accept a prefix of the chain, crop the target cache to the accepted path."""
@@ -80,6 +85,6 @@ class Method:
             n, nxt = accept_chain(probs(logits, state.sampling), proposal.tokens, proposal.q,
                                   state.generator)
         # cache now holds ids[:length-1] + last + x_1..x_m; keep last + x_1..x_n
-        kvcache.crop(state.cache, state.length + n)
+        state.cache.crop(state.length + n)
         return Accepted(tokens=proposal.tokens[:n].tolist() + [nxt], n_draft_accepted=n,
                         drafted=m, depth=m)

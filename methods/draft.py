@@ -4,6 +4,8 @@ The draft model keeps its own KV cache in `state.aux` covering a prefix of the c
 each round it first consumes the committed tokens it has not seen (1 or 2), then drafts k tokens
 one forward at a time, sampling from q = probs(draft logits) with the target's sampling settings
 (argmax at T = 0). After acceptance its cache is cropped to the accepted prefix.
+The draft runs on the target's engine kind and activation dtype (engines/); our distilled drafts
+score a reduced vocabulary, mapped to target ids by their `d2t`.
 """
 from __future__ import annotations
 
@@ -11,11 +13,10 @@ from pathlib import Path
 
 import torch
 
-from bench import kvcache
 from bench.errors import UserError
-from bench.models import check_same_vocab, load_model, resolve_path
-from bench.train import draftmodel
-from bench.sampling import next_token, probs, sample
+from bench.models import check_same_vocab, load_tokenizer, resolve_path
+from bench.sampling import probs, sample
+from drafters import draftmodel
 from methods.base import Accepted, Method, Proposal
 
 
@@ -30,47 +31,57 @@ class Draft(Method):
             raise UserError("method=draft needs a draft model: set model.draft=<HF id or directory>")
         local = Path(resolve_path(str(path)))
         if draftmodel.is_distilled(local):  # our distilled format: shares the target's embeddings
-            self.model = draftmodel.load(local, ctx.target, ctx.dtype)
+            self.model, self.d2t = draftmodel.load_engine(local, ctx.target)
         else:
-            self.model, tok = load_model(str(path), ctx.device, ctx.dtype)
-            check_same_vocab(ctx.tokenizer, tok, ctx.target, self.model, str(path))
-        self.vocab = ctx.target.config.vocab_size
+            from engines.load import load
+
+            dtype = str(ctx.target.dtype).removeprefix("torch.")
+            self.model, _ = load(str(path), ctx.device, engine=ctx.target.name, dtype=dtype,
+                                 kernel="aten")
+            check_same_vocab(ctx.tokenizer, load_tokenizer(str(path)), ctx.target, self.model,
+                             str(path))
+            self.d2t = None
+        self.vocab = ctx.target.vocab_size
 
     def extra_bytes(self, state=None) -> int:
-        # parameters and buffers only: a distilled draft's shared embeddings are the target's
-        n = sum(t.numel() * t.element_size() for t in self.model.parameters())
-        n += sum(t.numel() * t.element_size() for t in self.model.buffers())
+        # the draft's own weights: a distilled draft's shared embeddings are the target's
+        n = self.model.weight_bytes()
+        if self.d2t is not None:  # counted by weight_bytes, but the target's storage
+            n -= self.model.embed_weight.numel() * self.model.embed_weight.element_size()
         if state is not None and "draft_cache" in state.aux:
-            n += kvcache.cache_bytes(state.aux["draft_cache"])
+            n += state.aux["draft_cache"].nbytes()
         return n
 
     def start(self, state) -> None:
-        state.aux["draft_cache"] = kvcache.new_cache()
+        state.aux["draft_cache"] = self.model.new_cache(state.ids.numel() + self.k + 1)
 
     def _logits(self, out) -> torch.Tensor:
-        # a draft may pad its vocabulary differently; compare on the target's ids
+        """The draft's next-token logits on the target's ids (−inf where it cannot draft)."""
         lg = out.logits[0, -1]
-        if lg.shape[-1] >= self.vocab:
+        if self.d2t is not None:
+            full = lg.new_full((self.vocab,), float("-inf"))
+            return full.index_copy_(0, self.d2t, lg)
+        if lg.shape[-1] >= self.vocab:  # a draft may pad its vocabulary differently
             return lg[: self.vocab]
         return torch.nn.functional.pad(lg, (0, self.vocab - lg.shape[-1]), value=float("-inf"))
 
     def prefill(self, state) -> torch.Tensor:
         logits = super().prefill(state)
-        cache = state.aux["draft_cache"]
-        kvcache.forward(self.model, state.tokens[None], cache, logits_to_keep=1)
+        self.model.forward(state.tokens[None], state.aux["draft_cache"], logits_to_keep=1)
         return logits
 
     def draft(self, state) -> Proposal:
         cache = state.aux["draft_cache"]
-        seen = kvcache.cache_len(cache)
-        inp = state.tokens[seen:][None]  # committed tokens the draft has not consumed
+        inp = state.tokens[cache.length:][None]  # committed tokens the draft has not consumed
         sp, drafted, qs = state.sampling, [], []
         for _ in range(self.k):
-            lg = self._logits(kvcache.forward(self.model, inp, cache, logits_to_keep=1))
-            if sp.greedy:
-                x = int(lg.argmax())
+            out = self.model.forward(inp, cache, logits_to_keep=1)
+            if sp.greedy and self.d2t is not None:  # argmax in the draft's own vocabulary
+                x = int(self.d2t[out.logits[0, -1].argmax()])
+            elif sp.greedy:
+                x = int(self._logits(out).argmax())
             else:
-                q = probs(lg, sp)
+                q = probs(self._logits(out), sp)
                 x = sample(q, state.generator)
                 qs.append(q)
             drafted.append(x)
@@ -82,5 +93,5 @@ class Draft(Method):
         acc = super().accept(state, proposal, logits)
         # the draft cache holds committed tokens + x_1..x_{k-1}; keep committed + x_1..x_n
         cache = state.aux["draft_cache"]
-        kvcache.crop(cache, min(kvcache.cache_len(cache), state.length + acc.n_draft_accepted))
+        cache.crop(min(cache.length, state.length + acc.n_draft_accepted))
         return acc

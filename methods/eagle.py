@@ -1,6 +1,6 @@
 """`eagle`: an EAGLE head drafts a dynamic tree (EAGLE-2) that the target verifies in one forward.
 
-The head (bench.train.eagle) keeps its own KV cache in `state.aux`, covering positions whose
+The head (drafters.eagle) keeps its own KV cache in `state.aux`, covering positions whose
 target feature is known (committed tokens except the last). Per round:
   1. the head consumes the features the last verify produced (root + accepted path) → the
      distribution of the first drafted token;
@@ -13,7 +13,7 @@ The target verifies the tree (bench.treeattn); greedy follows the argmax path, T
 tree rule with the candidates as point masses (lossless: the tree depends only on the draft).
 `total_tokens: auto` picks the node budget from timed target forwards (bench.budget).
 Knobs: heads (directory or Hub id; default model.eagle), k (= depth), top_k, total_tokens,
-budget_ratio, draft_vocab (eagle: score only the N most frequent tokens, bench.draftvocab; needs
+budget_ratio, draft_vocab (eagle: score only the N most frequent tokens, drafters.draftvocab; needs
 the frequency list our training stores; null: the full vocabulary). `methods.eagle3` is the same round with an EAGLE-3 head.
 """
 from __future__ import annotations
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import torch
 
-from bench import budget, kvcache
+from bench import budget
 from bench.errors import UserError
 from bench.models import local_dir
 from bench.sampling import probs
-from bench.train import eagle as eagle_io
+from drafters import eagle as eagle_io
 from bench.tree import Tree, accept_tree, accept_tree_greedy
 from bench.treeattn import TreeLayout, keep_path, verify_tree
 from methods.base import Accepted, Method, Proposal
@@ -89,7 +89,7 @@ class Eagle(Method):
         total = cfg.get("total_tokens", "auto")
         self.budget_curve = None
         if total == "auto":
-            n, self.budget_curve = budget.auto_tokens(ctx.target, ctx.device,
+            n, self.budget_curve = budget.auto_tokens(ctx.target,
                                                       float(cfg.get("budget_ratio", 1.5)))
             total = max(n - 1, 1)  # the root rides in the same forward
         try:
@@ -105,6 +105,9 @@ class Eagle(Method):
                      "verify_cost_ms": None if self.budget_curve is None else
                      {n: round(c * 1e3, 2) for n, c in self.budget_curve.items()}}
 
+    def max_verify_width(self) -> int:
+        return self.total_tokens + 1
+
     def extra_bytes(self, state=None) -> int:
         n = self.head.own_bytes()
         if state is not None and "head_cache" in state.aux:
@@ -112,17 +115,17 @@ class Eagle(Method):
         return n
 
     # --- features ---
-    def _features(self, hidden_states, rows) -> torch.Tensor:
-        hs = [hidden_states[l][0, rows] for l in self.head.target_layers]
+    def _features(self, hidden, rows) -> torch.Tensor:
+        hs = [hidden[l][0, rows] for l in self.head.target_layers]
         return self.head.fuse([h.to(self.head.fc.weight.dtype) for h in hs])
 
     def start(self, state) -> None:
         state.aux["head_cache"] = HeadCache()
 
     def prefill(self, state) -> torch.Tensor:
-        out = kvcache.forward(self.target, state.tokens[None], state.cache, hidden_states=True,
-                              logits_to_keep=1)
-        state.aux["pending"] = self._features(out.hidden_states, slice(None))
+        out = self.target.forward(state.tokens[None], state.cache, logits_to_keep=1,
+                                  hidden=tuple(self.head.target_layers))
+        state.aux["pending"] = self._features(out.hidden, slice(None))
         return out.logits[0, -1]
 
     # --- drafting ---
@@ -203,8 +206,8 @@ class Eagle(Method):
 
     def verify(self, state, proposal: TreeProposal):
         out = verify_tree(self.target, state.last, proposal.tokens, proposal.layout, state.cache,
-                          hidden_states=True)
-        return out.logits[0], out.hidden_states
+                          hidden=tuple(self.head.target_layers))
+        return out.logits[0], out.hidden
 
     def accept(self, state, proposal: TreeProposal, verified) -> Accepted:
         logits, hidden_states = verified

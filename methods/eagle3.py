@@ -2,7 +2,7 @@
 
 The head fuses three target layers (low, middle, high) into its feature, was trained on its own
 unrolled predictions, and drafts over a reduced vocabulary mapped to target ids by `d2t`
-(bench.train.eagle). Default head: model.eagle3.
+(drafters.eagle). Default head: model.eagle3.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ Acceptance: greedy walks the argmax path; at T > 0 the tree rule (recursive reje
 siblings, point-mass candidates) keeps the target's distribution. `acceptance: typical` is
 Medusa's typical acceptance: faster, *lossy*, and reported under the name `medusa-typical`.
 Knobs: heads (directory or Hub id), num_heads, tree (name | auto | paths), tree_size, k (tree
-depth), draft_vocab (score only the N most frequent tokens, bench.draftvocab; null: all).
+depth), draft_vocab (score only the N most frequent tokens, drafters.draftvocab; null: all).
 """
 from __future__ import annotations
 
@@ -16,12 +16,11 @@ from __future__ import annotations
 import torch
 from omegaconf import OmegaConf
 
-from bench import kvcache
-from bench.draftvocab import DraftVocab
+from drafters.draftvocab import DraftVocab
 from bench.errors import UserError
 from bench.models import local_dir
 from bench.sampling import probs
-from bench.train import medusa as heads_io
+from drafters import medusa as heads_io
 from bench.tree import Tree, accept_tree, accept_tree_greedy
 from bench.treeattn import TreeLayout, keep_path, verify_tree
 from methods import trees
@@ -64,7 +63,7 @@ class Medusa(Method):
         self.node_rank = torch.tensor([p[-1] for p in order], device=ctx.device)
         self.topk = int(self.node_rank.max()) + 1
         self.depth = int(self.layout.depth.max())
-        self.lm_head = ctx.target.get_output_embeddings().weight
+        self.lm_head = ctx.target.output_weight()
         # heads sharing the target's output layer may score only the most frequent tokens
         self.vocab = DraftVocab(self.lm_head, hcfg.get("frequent_ids"),
                                 cfg.get("draft_vocab") if self.heads.own is None else None)
@@ -79,10 +78,13 @@ class Medusa(Method):
     def extra_bytes(self, state=None) -> int:
         return self.heads.extra_bytes() + self.vocab.extra_bytes()
 
+    def max_verify_width(self) -> int:
+        return self.layout.size + 1
+
     def prefill(self, state) -> torch.Tensor:
-        out = kvcache.forward(self.target, state.tokens[None], state.cache, logits_to_keep=1,
-                              hidden_states=True)
-        state.aux["hidden"] = out.hidden_states[-1][0, -1]
+        out = self.target.forward(state.tokens[None], state.cache, logits_to_keep=1,
+                                  hidden=(-1,))
+        state.aux["hidden"] = out.hidden[-1][0, -1]
         return out.logits[0, -1]
 
     def draft(self, state) -> Proposal:
@@ -96,8 +98,8 @@ class Medusa(Method):
 
     def verify(self, state, proposal):
         out = verify_tree(self.target, state.last, proposal.tokens, self.layout, state.cache,
-                          hidden_states=True)
-        return out.logits[0], out.hidden_states[-1][0]
+                          hidden=(-1,))
+        return out.logits[0], out.hidden[-1][0]
 
     def accept(self, state, proposal, verified) -> Accepted:
         logits, hidden = verified

@@ -75,7 +75,13 @@ BAD = [
     (["k=0"], "k=0 is not valid"),
     (["temperature=-1"], "temperature=-1.0 is not valid"),
     (["max_new_tokens=0"], "max_new_tokens=0 is not valid"),
-    (["model.dtype=float8"], "model.dtype='float8' is not valid; choose one of: float32, bfloat16"),
+    (["model.dtype=float8"], "model.dtype='float8' is not valid; choose one of: auto, float32, "
+                             "bfloat16, float16"),
+    (["engine=turbo"], "engine='turbo' is not valid; choose one of: auto, hf, lean"),
+    (["model.weights=int3"], "model.weights='int3' is not valid; choose one of: auto, float32, "
+                             "bfloat16, float16, int8, int4"),
+    (["model.kernel=fast"], "model.kernel='fast' is not valid; choose one of: auto, aten, onednn"),
+    (["engine=hf", "model.weights=int4"], "model.weights='int4' needs engine=lean"),
     (["device=tpu"], "device='tpu' is unknown"),
     (["model=hf", "model.target=/nonexistent/model"], "cannot load model '/nonexistent/model'"),
     (["method=draft", "model.draft=null"], "method=draft needs a draft model"),

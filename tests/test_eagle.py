@@ -10,9 +10,10 @@ from omegaconf import OmegaConf
 
 from bench import budget
 from bench.runner import build_method, execute
-from bench.train import eagle as eagle_io
+from drafters import eagle as eagle_io
 from bench.train.eagle_spec import EagleSpec, unroll_mask
 from conftest import compose, tiny_llama
+from engines.load import wrap
 from methods.eagle import HeadCache
 from test_distcheck import tiny_run
 from test_lossless_greedy import make_ctx, prompts, run
@@ -20,9 +21,9 @@ from test_lossless_greedy import make_ctx, prompts, run
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def target():
-    return tiny_llama(0, layers=4)
+@pytest.fixture(scope="module", params=["hf", "lean"])
+def target(request):
+    return wrap(tiny_llama(0, layers=4), request.param)
 
 
 def random_head(target, kind, seed=0, vocab=None):
@@ -96,7 +97,7 @@ def test_published_eagle1_checkpoint_loads(target, tmp_path):
     head, _ = eagle_io.load(tmp_path, target)
     assert head.kind == "eagle" and head.target_layers == [-1]
     assert torch.equal(head.layers[0].mlp.down_proj.weight, sd["layers.0.mlp.down_proj.weight"])
-    assert head.embed.data_ptr() == target.get_input_embeddings().weight.data_ptr()
+    assert head.embed.data_ptr() == target.embed_weight.data_ptr()
     m = eagle_method(target, "eagle", tmp_path)
     base = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(target))
     for p in prompts(2, seed=3):

@@ -10,13 +10,17 @@ from bench.loop import generate
 from bench.runner import Context, build_method
 from bench.sampling import SamplingParams
 from conftest import tiny_llama
+from engines.load import wrap
 
 GREEDY = SamplingParams()
 
 
 def make_ctx(target, k=None):
+    """target: an engine, or a transformers model (run on engine=hf)."""
+    if isinstance(target, torch.nn.Module):
+        target = wrap(target, "hf")
     return Context(target=target, tokenizer=None, device=torch.device("cpu"),
-                   dtype=torch.float32, model_cfg=OmegaConf.create({"draft": None}), k_override=k)
+                   dtype=target.dtype, model_cfg=OmegaConf.create({"draft": None}), k_override=k)
 
 
 def method(name, ctx, **kw):
@@ -32,9 +36,10 @@ def run(m, prompt, n=40, eos=frozenset()):
     return generate(m, prompt, n, GREEDY, set(eos), Clock(torch.device("cpu")))
 
 
-@pytest.fixture(scope="module")
-def target():
-    return tiny_llama(0)
+@pytest.fixture(scope="module", params=["hf", "lean"])
+def target(request):
+    """The tiny target on each engine: every method must be exact against its own engine."""
+    return wrap(tiny_llama(0), request.param)
 
 
 def prompts(count, seed=0):
@@ -73,7 +78,7 @@ def test_draft_model_reproduces_ar(target, tiny_draft_dir, k):
 
 
 def test_perfect_draft_accepts_everything(target, tmp_path):
-    target.save_pretrained(tmp_path)  # the target as its own draft: every token accepted
+    tiny_llama(0).save_pretrained(tmp_path)  # the target as its own draft: all accepted
     ctx = make_ctx(target, 4)
     ar, dr = method("ar", ctx), method("draft", ctx, model=str(tmp_path))
     p = prompts(1, seed=99)[0]

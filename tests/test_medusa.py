@@ -7,18 +7,18 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bench import kvcache
-from bench.train import medusa as heads_io
+from drafters import medusa as heads_io
 from bench.treeattn import TreeLayout, keep_path, verify_tree
 from conftest import tiny_llama
+from engines.load import wrap
 from methods import trees
 from test_lossless_greedy import make_ctx, prompts, run
 from bench.runner import build_method
 
 
-@pytest.fixture(scope="module")
-def target():
-    return tiny_llama(0)
+@pytest.fixture(scope="module", params=["hf", "lean"])
+def target(request):
+    return wrap(tiny_llama(0), request.param)
 
 
 def test_tree_nodes_match_sequential_decoding(target):
@@ -26,9 +26,9 @@ def test_tree_nodes_match_sequential_decoding(target):
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(4, 128, (12,), generator=g)
     tokens = torch.randint(4, 128, (layout.size,), generator=g)
-    cache = kvcache.new_cache()
+    cache = target.new_cache(32)
     with torch.no_grad():
-        kvcache.forward(target, prompt[None, :-1], cache)
+        target.forward(prompt[None, :-1], cache)
         out = verify_tree(target, prompt[-1:], tokens, layout, cache)
         for j in range(1, layout.size + 1):
             path, n = [], j
@@ -36,10 +36,10 @@ def test_tree_nodes_match_sequential_decoding(target):
                 path.append(n)
                 n = int(layout.parents[n - 1])
             seq = torch.cat([prompt, tokens[torch.tensor(path[::-1]) - 1]])
-            ref = target(input_ids=seq[None]).logits[0, -1]
+            ref = target.forward(seq[None], target.new_cache(32)).logits[0, -1]
             assert torch.allclose(ref, out.logits[0, j], atol=1e-5)
         keep_path(cache, 11, [1, 4])
-        assert kvcache.cache_len(cache) == 14
+        assert cache.length == 14
 
 
 def test_sized_tree_is_prefix_closed_and_best_first():
@@ -60,7 +60,7 @@ def random_heads(hidden, n, seed):
 
 
 def test_published_layout_round_trip(tmp_path, target):
-    lm = target.get_output_embeddings().weight.detach()
+    lm = target.output_weight()
     h = random_heads(lm.shape[1], 3, 0)
     heads_io.save(h, tmp_path / "shared", "tiny", extra={"rank_accuracy": [[0.5]] * 3},
                   dtype=torch.float32)
@@ -79,7 +79,7 @@ def test_published_layout_round_trip(tmp_path, target):
 
 @pytest.mark.parametrize("tree", ["chain", "small", "medium", "auto"])
 def test_medusa_reproduces_ar(target, tmp_path, tree):
-    lm = target.get_output_embeddings().weight.detach()
+    lm = target.output_weight()
     d = tmp_path / "heads"
     heads_io.save(random_heads(lm.shape[1], 4, 1), d, "tiny",
                   extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4})
@@ -98,7 +98,7 @@ def test_medusa_sampling_is_seeded(target, tmp_path):
     from bench.clock import Clock
     from bench.loop import generate
     from bench.sampling import SamplingParams
-    lm = target.get_output_embeddings().weight.detach()
+    lm = target.output_weight()
     d = tmp_path / "heads"
     heads_io.save(random_heads(lm.shape[1], 3, 2), d, "tiny")
     md = build_method(OmegaConf.create({"_target_": "methods.medusa.Medusa", "name": "medusa",

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from bench.runner import build_method
 from bench.train import distill, loop, specs
-from bench.train import medusa as heads_io
+from drafters import medusa as heads_io
 from test_lossless_greedy import make_ctx, prompts, run
 
 
@@ -64,7 +64,7 @@ def test_training_prompts_are_generated_deterministically():
 
 def test_distilled_draft_trains_saves_and_is_exact(data, tiny_target_dir, tmp_path):
     from bench.models import load_model
-    from bench.train import draftmodel
+    from drafters import draftmodel
     target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
     spec = specs.DraftSpec(data, target, num_layers=1, vocab_size=40, batch_size=4,
                            holdout=0.25, base="tiny")

@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from bench.draftvocab import inverse
+from drafters.draftvocab import inverse
 from bench.errors import UserError
-from bench.train import eagle
+from drafters import eagle
 from bench.train.specs import SequenceSpec, answer_counts, frequent_ids
 
 

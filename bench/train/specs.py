@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from bench.draftvocab import DraftVocab, inverse
-from bench.train import medusa
+from drafters.draftvocab import DraftVocab, inverse
+from drafters import medusa
 
 
 FREQUENT = 8192  # token ids stored by frequency with heads that draft over the full vocabulary
@@ -135,7 +135,7 @@ class DraftSpec(SequenceSpec):
 
     def __init__(self, data: list[dict], target, num_layers: int, vocab_size: int,
                  batch_size: int, holdout: float, base: str):
-        from bench.train import draftmodel
+        from drafters import draftmodel
 
         self.batch_size, self.base = batch_size, base
         self.split(data, holdout)
@@ -173,7 +173,7 @@ class DraftSpec(SequenceSpec):
         return loss, loss.detach()[None], acc.detach()[None]
 
     def save(self, out: Path, eval_result: dict) -> None:
-        from bench.train import draftmodel
+        from drafters import draftmodel
 
         draftmodel.save(self.module, out, self.base,
                         extra={"eval": eval_result, "vocab_coverage": round(self.coverage, 4),

@@ -6,9 +6,11 @@ reduced-vocabulary head.
                 initialised from the target's first layers
     head        (V_d, H) over the V_d most frequent tokens of the distillation answers;
                 `d2t[i]` is the target id of draft token i (EAGLE-3's convention)
-`forward` returns logits over the full target vocabulary (−inf outside the draft vocabulary), so
-`methods.draft` treats it like any Hugging Face draft. Stored files: config.json (the
-LlamaConfig), model.safetensors (layers, norm, head, d2t) and specsweep_draft.json.
+`forward` returns logits over the draft vocabulary; `methods.draft` maps them to target ids
+through `d2t`. At run time the draft runs on the target's engine kind (`load_engine`): a lean
+model built from the same tensors, or this module behind engines.hf. Stored files:
+config.json (the LlamaConfig), model.safetensors (layers, norm, head, d2t) and
+specsweep_draft.json.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bench.kvcache import _cache_kwarg
+from engines.hf import _cache_kwarg
 
 MARKER = "specsweep_draft.json"
 
@@ -39,7 +41,8 @@ class DistilledDraft(nn.Module):
         self.config = config
         self.model = LlamaModel(config)
         del self.model.embed_tokens  # the target's embeddings are passed in, never copied
-        self.embed = embed.detach()  # (V, H), frozen, shared with the target (same storage)
+        # (V, H), frozen, shared with the target (same storage), never saved
+        self.register_buffer("embed", embed.detach(), persistent=False)
         self.register_buffer("d2t", d2t.long())
         self.head = nn.Linear(config.hidden_size, d2t.numel(), bias=False)
         self.vocab = embed.shape[0]
@@ -53,9 +56,12 @@ class DistilledDraft(nn.Module):
         x = out.last_hidden_state
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
-        small = self.head(x)  # (1, n, V_d)
-        full = small.new_full((*small.shape[:-1], self.vocab), float("-inf"))
-        return DraftOutput(logits=full.index_copy(-1, self.d2t, small))
+        return DraftOutput(logits=self.head(x))  # (1, n, V_d)
+
+    def get_input_embeddings(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(weight=self.embed)
 
     def small_logits(self, input_ids, attention_mask=None) -> torch.Tensor:
         """Training view: (B, L, V_d) logits without scattering to the full vocabulary."""
@@ -108,3 +114,34 @@ def load(path: Path, target, dtype: torch.dtype) -> DistilledDraft:
     draft.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v
                            for k, v in state.items()})
     return draft.to(dtype).to(target.device).eval().requires_grad_(False)
+
+
+def load_engine(path: Path, target):
+    """(draft engine, d2t) on the target engine's kind and activation dtype."""
+    import copy
+
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(path)
+    state = load_file(str(Path(path) / "model.safetensors"))
+    d2t = state["d2t"].long().to(target.device)
+    if target.name == "lean":
+        from engines import build
+        from engines.lean import LeanEngine
+
+        cfg = copy.deepcopy(cfg)
+        cfg.tie_word_embeddings = False
+        tensors = {k: v for k, v in state.items() if k.startswith("model.")}
+        tensors["model.embed_tokens.weight"] = target.embed_weight
+        tensors["lm_head.weight"] = state["head.weight"]
+        fmt = str(target.dtype).removeprefix("torch.")
+        model = build.build(cfg, tensors, fmt, target.dtype, target.device)
+        model.embed = target.embed_weight  # shared storage, not a copy
+        return LeanEngine(model, fmt, f"distilled draft {path}"), d2t
+    from engines.hf import HFEngine
+
+    draft = DistilledDraft(cfg, target.embed_weight, state["d2t"])
+    draft.load_state_dict({k: v.to(target.dtype) if v.is_floating_point() else v
+                           for k, v in state.items()})
+    draft = draft.to(target.dtype).to(target.device).eval().requires_grad_(False)
+    return HFEngine(draft), d2t

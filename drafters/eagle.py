@@ -124,23 +124,27 @@ class EagleHead(nn.Module):
             self.register_buffer("d2t", d2t)  # absolute target ids (offsets only in the files)
         self.embed = None
         self.out_head = None
-        self.vocab = None  # eagle: a bench.draftvocab.DraftVocab over the target's output layer
+        self.vocab = None  # eagle: a drafters.draftvocab.DraftVocab over the target's output layer
 
     @property
     def layer(self) -> Layer:
         return self.layers[0] if self.kind == "eagle" else self.midlayer
 
     def attach(self, target) -> "EagleHead":
+        """target: an engine (engines.base.Engine) or a transformers model (training)."""
         # plain tensors sharing the target's storage: not parameters of the head, never saved
-        self.embed = target.get_input_embeddings().weight.detach()
-        self.out_head = target.get_output_embeddings().weight.detach()
+        if hasattr(target, "output_weight"):
+            self.embed, self.out_head = target.embed_weight, target.output_weight()
+        else:
+            self.embed = target.get_input_embeddings().weight.detach()
+            self.out_head = target.get_output_embeddings().weight.detach()
         self.restrict(None, None)  # eagle: the full vocabulary until restricted
         return self
 
     def restrict(self, frequent: list[int] | None, size: int | None) -> int:
-        """eagle: draft over the `size` most frequent tokens only (bench.draftvocab); returns
+        """eagle: draft over the `size` most frequent tokens only (drafters.draftvocab); returns
         the draft vocabulary's size."""
-        from bench.draftvocab import DraftVocab
+        from drafters.draftvocab import DraftVocab
 
         if self.kind != "eagle":
             return self.d2t.numel()

@@ -1,0 +1,178 @@
+"""The engines on this machine, side by side: decoding speed, roofline and the cost curve.
+
+    python -m bench.engine_check                       # the embedded model, every candidate
+    python -m bench.engine_check --configs hf:float32 lean:int4 --tokens 64 --out check.json
+
+One run, one process, every configuration loaded at once and measured interleaved (the order
+rotates per prompt and repeat), warm-up outside the clock, medians:
+  * AR tokens/s of our decode loop on each engine × weight format × dtype (± compile), and of
+    transformers `generate()` on the same prompts (greedy, EOS ignored, same token count);
+  * greedy agreement of each configuration with `hf` in the same dtype;
+  * the memory read bandwidth measured here and each configuration's roofline: the bytes one
+    decoding step reads (its weights, without the embedding table) ÷ bandwidth;
+  * the verify cost curve c(q)/c(1), q = 1…64, per configuration (engines.probe).
+A configuration is engine:weights[:dtype][:compile]; dtype defaults to the weights' own float
+type (float32 for int8/int4 activations outside the kernels).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from bench.clock import Clock
+from bench.loop import generate
+from bench.models import load_tokenizer, resolve_device
+from bench.runner import AR_CFG, Context, build_method, encode
+from bench.sampling import SamplingParams
+from engines import probe
+from engines.load import load
+from tasks.loader import _task_cfg, load_prompts
+
+DEFAULT = ["hf:float32", "lean:float32", "lean:int8", "lean:int4"]
+CURVE = (1, 2, 4, 8, 16, 32, 64)
+
+
+def parse(spec: str) -> dict:
+    parts = spec.split(":")
+    if parts[0] not in ("hf", "lean") or len(parts) < 2:
+        raise SystemExit(f"error: --configs {spec!r}: use engine:weights[:dtype][:compile], "
+                         f"engine hf or lean")
+    w = parts[1]
+    dtype = parts[2] if len(parts) > 2 and parts[2] != "compile" else \
+        (w if w in ("float32", "bfloat16", "float16") else "float32")
+    return {"engine": parts[0], "weights": w, "dtype": dtype, "compile": "compile" in parts[2:],
+            "label": spec}
+
+
+@torch.inference_mode()
+def hf_generate(model, ids: list[int], n: int, device) -> tuple[list[int], float]:
+    inp = torch.tensor([ids], device=device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    out = model.generate(inp, attention_mask=torch.ones_like(inp), do_sample=False,
+                         max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return out[0, len(ids):].tolist(), time.perf_counter() - t
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="embedded:smollm2-135m")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--configs", nargs="+", default=DEFAULT)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-curve", action="store_true", help="skip the c(q) curves")
+    ap.add_argument("--out", default=None, help="also write the results as JSON here")
+    a = ap.parse_args(argv)
+
+    device = resolve_device(a.device)
+    tok = load_tokenizer(a.model)
+    configs = [parse(s) for s in a.configs]
+    engines = {}
+    for c in configs:
+        eng, choice = load(a.model, device, engine=c["engine"], weights=c["weights"],
+                           dtype=c["dtype"], kernel="auto", compile=c["compile"])
+        engines[c["label"]] = (eng, choice)
+    greedy, clock = SamplingParams(), Clock(device)
+    prompts = load_prompts(_task_cfg("core"), limit=max(1, a.prompts // 4 + 1))[: a.prompts]
+    inputs = [encode(tok, [{"role": "user", "content": p.turns[0]}], True) for p in prompts]
+    # generate() on the hf engines' own models, one per dtype
+    gen_models = {c["dtype"]: engines[c["label"]][0].model for c in configs
+                  if c["engine"] == "hf" and not c["compile"]}
+    sides = [("ours", lbl) for lbl in engines] + [("generate", d) for d in gen_models]
+    ars = {lbl: build_method(AR_CFG, Context(e, tok, device, e.dtype, None))
+           for lbl, (e, _) in engines.items()}
+    for kind, key in sides:  # warm-up (and compile) outside the clock
+        if kind == "ours":
+            generate(ars[key], inputs[0], 8, greedy, set(), clock, device=device)
+        else:
+            hf_generate(gen_models[key], inputs[0], 8, device)
+    times = {s: [] for s in sides}
+    outs = {s: [] for s in sides}
+    for i, ids in enumerate(inputs):
+        per, last = {s: [] for s in sides}, {}
+        for r in range(a.repeats):
+            shift = (i * a.repeats + r) % len(sides)
+            for s in sides[shift:] + sides[:shift]:
+                if s[0] == "ours":
+                    res = generate(ars[s[1]], ids, a.tokens, greedy, set(), clock, device=device)
+                    per[s].append(res.times_ns["wall"] / 1e9)
+                    last[s] = res.output_ids
+                else:
+                    last[s], dt = hf_generate(gen_models[s[1]], ids, a.tokens, device)
+                    per[s].append(dt)
+        for s in sides:
+            outs[s].append(last[s])
+            times[s].append(statistics.median(per[s]))
+    bw = probe.read_bandwidth(device)
+    n = a.tokens * len(inputs)
+    result = {"model": a.model, "device": device.type, "cpu": _cpu(), "bandwidth_gbs": bw / 1e9,
+              "prompts": len(inputs), "tokens": a.tokens, "repeats": a.repeats, "rows": []}
+    gen_tps = {d: n / sum(times[("generate", d)]) for d in gen_models}
+    for c in configs:
+        eng, choice = engines[c["label"]]
+        tps = n / sum(times[("ours", c["label"])])
+        step_bytes = eng.step_weight_bytes()
+        roof = bw / step_bytes
+        ref = next((x["label"] for x in configs if x["engine"] == "hf" and
+                    x["dtype"] == c["dtype"]), None)
+        same = None if ref is None else sum(
+            a_ == b_ for a_, b_ in zip(outs[("ours", c["label"])], outs[("ours", ref)]))
+        row = {"config": c["label"], "engine": eng.name, "weights": eng.weights,
+               "dtype": str(eng.dtype).removeprefix("torch."), "kernels": choice.get("kernels"),
+               "step_mb": step_bytes / 1e6, "tokens_per_s": tps,
+               "vs_generate": tps / gen_tps[c["dtype"]] if c["dtype"] in gen_tps else None,
+               "roofline_tokens_per_s": roof, "of_roofline": tps / roof,
+               "same_greedy_as_hf": same, "compile_s": choice.get("compile_s")}
+        if not a.no_curve:
+            costs = probe.step_costs(eng, CURVE)
+            row["c_ms"] = {q: v * 1e3 for q, v in costs.items()}
+            row["c_ratio"] = probe.ratios(costs)
+        result["rows"].append(row)
+    result["generate_tokens_per_s"] = gen_tps
+    report(result)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+def _cpu() -> str:
+    from bench.records import cpu_name
+
+    return cpu_name()
+
+
+def report(r: dict) -> None:
+    print(f"model {r['model']} · {r['device']} · {r['cpu']} · {r['prompts']} prompts × "
+          f"{r['tokens']} new tokens × {r['repeats']} repeats (medians, prefill included)")
+    print(f"memory read bandwidth here: {r['bandwidth_gbs']:.1f} GB/s")
+    for d, t in r["generate_tokens_per_s"].items():
+        print(f"  transformers generate()  {d:9s} {t:7.2f} tokens/s")
+    print(f"  {'config':24s} {'step MB':>8s} {'tok/s':>7s} {'÷gen':>6s} {'roofline':>9s} "
+          f"{'of roof':>7s} {'same':>5s}")
+    for row in r["rows"]:
+        vs = f"{row['vs_generate']:.2f}×" if row["vs_generate"] else "–"
+        same = "–" if row["same_greedy_as_hf"] is None else \
+            f"{row['same_greedy_as_hf']}/{r['prompts']}"
+        print(f"  {row['config']:24s} {row['step_mb']:8.0f} {row['tokens_per_s']:7.2f} "
+              f"{vs:>6s} {row['roofline_tokens_per_s']:9.1f} {row['of_roofline']:7.0%} "
+              f"{same:>5s}")
+    if r["rows"] and "c_ratio" in r["rows"][0]:
+        qs = list(r["rows"][0]["c_ratio"])
+        print(f"  verify cost c(q)/c(1) ({'c(1) ms':>7s}) " + " ".join(f"q={q:<4}" for q in qs))
+        for row in r["rows"]:
+            print(f"  {row['config']:24s} {row['c_ms'][1]:7.1f}  " +
+                  " ".join(f"{row['c_ratio'][q]:6.2f}" for q in qs))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,11 @@
+"""Engines: the target (and draft) model behind one forward and one cache interface.
+
+    engines.load.load("embedded:smollm2-135m", "cpu")   # → (engine, choice)
+
+`hf` runs any transformers causal LM exactly as transformers defines it (engines/hf.py); `lean`
+is our own Llama-family forward whose point is the weight format and kernel (engines/lean.py,
+engines/formats.py, built from checkpoint tensors or GGUF blocks by engines/build.py). The
+interface (engines/base.py) is all that methods, the baseline, the tree budget, the greedy
+verdict and training-data generation use; engines/probe.py times the cost curve c(q) and kernels;
+engines/load.py picks engine, weight format, dtype and kernel per machine and says why.
+"""

@@ -1,0 +1,313 @@
+// Weight-only block-quantized matrix products for the CPU: y = x · Wᵀ, x and y float32.
+//
+// Two block formats, 32 weights per block along the input dimension K:
+//   q4   nib (N, K/2) uint8: byte j of block b holds q[b·32 + j] (low nibble) and
+//        q[b·32 + 16 + j] (high nibble) — GGUF's Q4_1 order;  w = scale·q + offset, q ∈ 0..15
+//   q8   q (N, K) int8;                                        w = scale·q
+// with scale, offset (N, K/32) float32. The embedded model's Q4_1 and Q8_0 blocks are these
+// formats with their f16 scales widened exactly, so the weights are the shipped ones.
+//
+// Work split: threads take tiles of ROWS output rows. Input rows go in chunks of up to MAX_M:
+// each block of weights is expanded into registers once per chunk and used for every row of
+// it, with the chunk's accumulators in registers (the chunk size is a template parameter).
+// Every y[m, n] is the same operations in the same order (`acc_block` per block, then one fixed
+// final sum) whatever the chunk, so a row's result does not depend on how many rows the call
+// has: a verify forward over q tokens gives each token the numbers a one-token forward gives.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <cmath>
+#include <cstdint>
+#include <algorithm>
+#include <vector>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define SPECSWEEP_AVX2 1
+#endif
+
+namespace {
+
+constexpr int64_t ROWS = 4;     // output rows per tile
+constexpr int64_t BLOCK = 32;   // weights per quantization block
+constexpr int64_t MAX_M = 8;    // input rows sharing one expansion of a block
+
+#ifdef SPECSWEEP_AVX2
+using Vec = __m256;
+
+inline void q4_block(const uint8_t* p, float d_, float m_, Vec w[4]) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
+  const __m256 d = _mm256_set1_ps(d_), m = _mm256_set1_ps(m_);
+  w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), d, m);
+  w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), d, m);
+  w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), d, m);
+  w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), d, m);
+}
+
+inline void q8_block(const int8_t* p, float d_, Vec w[4]) {
+  const __m256 d = _mm256_set1_ps(d_);
+  for (int j = 0; j < 4; ++j) {
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * j));
+    w[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d);
+  }
+}
+
+inline Vec vzero() { return _mm256_setzero_ps(); }
+inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+
+inline float finish(Vec a0, Vec a1) {
+  const __m256 v = _mm256_add_ps(a0, a1);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+#else
+// Portable build: an 8-lane vector as a plain struct, the same order of operations.
+struct Vec { float v[8]; };
+
+inline void q4_block(const uint8_t* p, float d, float m, Vec w[4]) {
+  for (int j = 0; j < 16; ++j) {
+    w[j / 8].v[j % 8] = std::fma(static_cast<float>(p[j] & 0x0F), d, m);
+    w[2 + j / 8].v[j % 8] = std::fma(static_cast<float>(p[j] >> 4), d, m);
+  }
+}
+
+inline void q8_block(const int8_t* p, float d, Vec w[4]) {
+  for (int j = 0; j < BLOCK; ++j) w[j / 8].v[j % 8] = static_cast<float>(p[j]) * d;
+}
+
+inline Vec vzero() { return Vec{}; }
+inline Vec vload(const float* p) { Vec r; for (int j = 0; j < 8; ++j) r.v[j] = p[j]; return r; }
+inline Vec vfma(Vec a, Vec b, Vec c) {
+  for (int j = 0; j < 8; ++j) c.v[j] = std::fma(a.v[j], b.v[j], c.v[j]);
+  return c;
+}
+
+inline float finish(Vec a0, Vec a1) {
+  float s[8];
+  for (int j = 0; j < 8; ++j) s[j] = a0.v[j] + a1.v[j];
+  float h[4];
+  for (int j = 0; j < 4; ++j) h[j] = s[j] + s[j + 4];
+  return (h[0] + h[2]) + (h[1] + h[3]);
+}
+#endif
+
+// The one accumulation order for y[m, n] = Σ_k w[k] x[k], per block of 32:
+//   a0 += w[0:8]·x[0:8];  a1 += w[8:16]·x[8:16];  a0 += w[16:24]·x[16:24];  a1 += w[24:32]·x[24:32]
+// and finally y = Σ lanes of (a0 + a1) in a fixed tree (`finish`).
+inline void acc_block(const Vec w[4], const float* x, Vec& a0, Vec& a1) {
+  a0 = vfma(w[0], vload(x), a0);
+  a1 = vfma(w[1], vload(x + 8), a1);
+  a0 = vfma(w[2], vload(x + 16), a0);
+  a1 = vfma(w[3], vload(x + 24), a1);
+}
+
+// Block readers: block b of output row n into four vectors.
+struct Q4 {
+  const uint8_t* nib; const float* scale; const float* offset; int64_t K;
+  void operator()(int64_t n, int64_t b, Vec w[4]) const {
+    const int64_t nb = K / BLOCK;
+    q4_block(nib + n * (K / 2) + b * 16, scale[n * nb + b], offset[n * nb + b], w);
+  }
+};
+
+struct Q8 {
+  const int8_t* q; const float* scale; int64_t K;
+  void operator()(int64_t n, int64_t b, Vec w[4]) const {
+    q8_block(q + n * K + b * BLOCK, scale[n * (K / BLOCK) + b], w);
+  }
+};
+
+// Small M, known at compile time so that the accumulators live in registers.
+template <int MM, typename Block>
+void fused(const Block& blk, int64_t n0, int64_t rows, const float* x, int64_t K, float* y,
+           int64_t N) {
+  const int64_t nb = K / BLOCK;
+  Vec w[4];
+  for (int64_t r = 0; r < rows; ++r) {
+    Vec a0[MM], a1[MM];
+    for (int m = 0; m < MM; ++m) a0[m] = a1[m] = vzero();
+    for (int64_t b = 0; b < nb; ++b) {
+      blk(n0 + r, b, w);
+      for (int m = 0; m < MM; ++m) acc_block(w, x + m * K + b * BLOCK, a0[m], a1[m]);
+    }
+    for (int m = 0; m < MM; ++m) y[m * N + n0 + r] = finish(a0[m], a1[m]);
+  }
+}
+
+// Input rows in chunks of up to 8: each chunk expands the tile's blocks into registers once.
+template <typename Block>
+void tile(const Block& blk, int64_t n0, int64_t rows, const float* x, int64_t M, int64_t K,
+          float* y, int64_t N) {
+  for (int64_t m0 = 0; m0 < M; m0 += MAX_M) {
+    const float* xc = x + m0 * K;
+    float* yc = y + m0 * N;
+    switch (std::min(MAX_M, M - m0)) {
+      case 1: fused<1>(blk, n0, rows, xc, K, yc, N); break;
+      case 2: fused<2>(blk, n0, rows, xc, K, yc, N); break;
+      case 3: fused<3>(blk, n0, rows, xc, K, yc, N); break;
+      case 4: fused<4>(blk, n0, rows, xc, K, yc, N); break;
+      case 5: fused<5>(blk, n0, rows, xc, K, yc, N); break;
+      case 6: fused<6>(blk, n0, rows, xc, K, yc, N); break;
+      case 7: fused<7>(blk, n0, rows, xc, K, yc, N); break;
+      default: fused<8>(blk, n0, rows, xc, K, yc, N); break;
+    }
+  }
+}
+
+template <typename Block>
+torch::Tensor run(const Block& blk, const torch::Tensor& x, int64_t N, int64_t K) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x must be a contiguous float32 (M, K) tensor");
+  TORCH_CHECK(x.size(1) == K && K % BLOCK == 0, "x's K must match the weights and divide by 32");
+  const int64_t M = x.size(0);
+  auto y = torch::empty({M, N}, x.options());
+  const float* xp = x.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const int64_t tiles = (N + ROWS - 1) / ROWS;
+  at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n0 = t * ROWS;
+      tile(blk, n0, std::min(ROWS, N - n0), xp, M, K, yp, N);
+    }
+  });
+  return y;
+}
+
+void check_scale(const torch::Tensor& s, int64_t N, int64_t K) {
+  TORCH_CHECK(s.scalar_type() == torch::kFloat32 && s.is_contiguous() && s.dim() == 2 &&
+              s.size(0) == N && s.size(1) == K / BLOCK, "scales: contiguous float32 (N, K/32)");
+}
+
+}  // namespace
+
+torch::Tensor q4_linear(torch::Tensor x, torch::Tensor nib, torch::Tensor scale,
+                        torch::Tensor offset) {
+  TORCH_CHECK(nib.scalar_type() == torch::kUInt8 && nib.is_contiguous() && nib.dim() == 2,
+              "nib: contiguous uint8 (N, K/2)");
+  const int64_t N = nib.size(0), K = nib.size(1) * 2;
+  check_scale(scale, N, K);
+  check_scale(offset, N, K);
+  return run(Q4{nib.data_ptr<uint8_t>(), scale.data_ptr<float>(), offset.data_ptr<float>(), K},
+             x, N, K);
+}
+
+torch::Tensor q8_linear(torch::Tensor x, torch::Tensor q, torch::Tensor scale) {
+  TORCH_CHECK(q.scalar_type() == torch::kInt8 && q.is_contiguous() && q.dim() == 2,
+              "q: contiguous int8 (N, K)");
+  const int64_t N = q.size(0), K = q.size(1);
+  check_scale(scale, N, K);
+  return run(Q8{q.data_ptr<int8_t>(), scale.data_ptr<float>(), K}, x, N, K);
+}
+
+// ---- per-row layer ops (one thread each: these tensors are a few KB) -----------------------
+// Each output row depends only on its own input row, with a fixed order of operations, as
+// for the matrix products above. They replace chains of small torch ops (an RMS norm is six,
+// each with its dispatch and threading overhead: ~35 µs for 576 values on two cores).
+
+namespace {
+
+inline void check_rows(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.scalar_type() == torch::kFloat32 && t.is_contiguous() && t.device().is_cpu(),
+              name, " must be a contiguous float32 CPU tensor");
+}
+
+// Σ a[k]·b[k] over n (a multiple of 8) in a fixed order.
+inline float dot(const float* a, const float* b, int64_t n) {
+#ifdef SPECSWEEP_AVX2
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), s1);
+  }
+  if (k < n) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), s0);
+  return finish(s0, s1);
+#else
+  float s[2][8] = {};
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16)
+    for (int j = 0; j < 8; ++j) {
+      s[0][j] = std::fma(a[k + j], b[k + j], s[0][j]);
+      s[1][j] = std::fma(a[k + 8 + j], b[k + 8 + j], s[1][j]);
+    }
+  if (k < n)
+    for (int j = 0; j < 8; ++j) s[0][j] = std::fma(a[k + j], b[k + j], s[0][j]);
+  Vec a0, a1;
+  for (int j = 0; j < 8; ++j) { a0.v[j] = s[0][j]; a1.v[j] = s[1][j]; }
+  return finish(a0, a1);
+#endif
+}
+
+inline void norm_row(const float* x, const float* w, float* y, int64_t H, float eps) {
+  const float inv = 1.0f / std::sqrt(dot(x, x, H) / static_cast<float>(H) + eps);
+  for (int64_t k = 0; k < H; ++k) y[k] = w[k] * (x[k] * inv);
+}
+
+}  // namespace
+
+// y = w · x / sqrt(mean(x²) + eps), row by row; x (R, H), H a multiple of 8.
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
+  check_rows(x, "x");
+  check_rows(w, "w");
+  const int64_t H = x.size(-1), R = x.numel() / H;
+  TORCH_CHECK(H % 8 == 0 && w.numel() == H, "rms_norm: H must divide by 8 and match w");
+  auto y = torch::empty_like(x);
+  for (int64_t r = 0; r < R; ++r)
+    norm_row(x.data_ptr<float>() + r * H, w.data_ptr<float>(), y.data_ptr<float>() + r * H, H,
+             static_cast<float>(eps));
+  return y;
+}
+
+// x += r in place (the residual stream); returns rms_norm(x).
+torch::Tensor add_rms_norm_(torch::Tensor x, torch::Tensor r, torch::Tensor w, double eps) {
+  check_rows(x, "x");
+  check_rows(r, "r");
+  TORCH_CHECK(x.numel() == r.numel(), "add_rms_norm_: x and r differ in size");
+  const int64_t n = x.numel();
+  float* xp = x.data_ptr<float>();
+  const float* rp = r.data_ptr<float>();
+  for (int64_t k = 0; k < n; ++k) xp[k] += rp[k];
+  return rms_norm(x, w, eps);
+}
+
+// Rotary in place on the first `heads` heads of each row: x (R, width) holding heads of hd
+// values from its start (q and k of a fused projection), cos/sin (R, hd), sin carrying
+// rotate_half's sign: x ← x·cos + roll(x, hd/2)·sin.
+void rope_(torch::Tensor x, int64_t heads, int64_t hd, torch::Tensor cos, torch::Tensor sin) {
+  check_rows(x, "x");
+  check_rows(cos, "cos");
+  check_rows(sin, "sin");
+  const int64_t width = x.size(-1), R = x.numel() / width, half = hd / 2;
+  TORCH_CHECK(heads * hd <= width && cos.numel() == R * hd, "rope_: bad shapes");
+  float* xp = x.data_ptr<float>();
+  std::vector<float> t(hd);
+  for (int64_t r = 0; r < R; ++r) {
+    const float* c = cos.data_ptr<float>() + r * hd;
+    const float* s = sin.data_ptr<float>() + r * hd;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = xp + r * width + h * hd;
+      for (int64_t k = 0; k < hd; ++k) t[k] = v[k];
+      for (int64_t k = 0; k < hd; ++k) v[k] = t[k] * c[k] + t[(k + half) % hd] * s[k];
+    }
+  }
+}
+
+bool vectorized() {
+#ifdef SPECSWEEP_AVX2
+  return true;
+#else
+  return false;
+#endif
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("q4_linear", &q4_linear, "y = x Wᵀ for q4 blocks (float32 x, y)");
+  m.def("q8_linear", &q8_linear, "y = x Wᵀ for q8 blocks (float32 x, y)");
+  m.def("rms_norm", &rms_norm, "w · x / sqrt(mean(x²) + eps) per row");
+  m.def("add_rms_norm_", &add_rms_norm_, "x += r; rms_norm(x)");
+  m.def("rope_", &rope_, "rotary embedding in place");
+  m.def("vectorized", &vectorized, "built with AVX2/FMA");
+}

@@ -1,0 +1,268 @@
+"""`engine=lean`: our own forward for the Llama family (Llama, SmolLM, Mistral, Qwen2).
+
+In the shape of gpt-fast's model.py: fused QKV and gate/up projections, a KV cache preallocated
+for the turn (engines.cache.StaticCache), rotary tables computed once, SDPA with an explicit
+mask (trees), hidden states of any requested layers from the same pass. Its point is the weight
+format and kernel of every projection (engines.formats: float32, bfloat16, int8, int4).
+
+Per layer, x (B, n, H) in the activation dtype, cache positions [0, s) valid:
+    h = rmsnorm(x) ;  q, k, v = split(h Wqkvᵀ [+ b]) ;  q, k = rope(q, k, positions)
+    K[:, :, s:s+n], V[:, :, s:s+n] = k, v
+    x = x + attn(q, K[:s+n], V[:s+n], mask) Woᵀ
+    x = x + (silu(g) ⊙ u) Wdᵀ  where  g, u = split(rmsnorm(x) Wguᵀ)
+then logits = rmsnorm(x) Woutᵀ. The norms and rotary follow transformers' Llama numerics (norm in
+float32, cast back before the weight; cos/sin in float32 cast to the activation dtype), so in
+float32 the logits match engine=hf to rounding (tests/test_engines.py).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from engines.base import Engine, Out
+from engines.cache import StaticCache
+from engines.formats import Linear
+
+SUPPORTED = ("llama", "mistral", "qwen2")
+STATIC_ROPE = ("default", "linear", "llama3", "yarn")
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if x.dtype == torch.float32:  # one fused op; the same math as below
+        return F.rms_norm(x, weight.shape, weight, eps)
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """x·cos + rotate_half(x)·sin, with rotate_half(x) = [−x₂, x₁] written as roll(x)·[−1, 1]
+    folded into the table: the same products and sums, in four ops instead of eight."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
+
+
+def check_supported(config) -> None:
+    """Raise ValueError naming engine=hf for an architecture the lean forward does not cover."""
+    mt = getattr(config, "model_type", None)
+    if mt not in SUPPORTED:
+        raise ValueError(f"engine=lean supports {', '.join(SUPPORTED)} models, not "
+                         f"model_type={mt!r}; use engine=hf")
+    rope = (getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+            or {})
+    kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else \
+        "default"
+    if kind not in STATIC_ROPE:
+        raise ValueError(f"engine=lean supports rope types {', '.join(STATIC_ROPE)}, not "
+                         f"{kind!r}; use engine=hf")
+    if getattr(config, "mlp_bias", False) or getattr(config, "hidden_act", "silu") != "silu":
+        raise ValueError("engine=lean needs a bias-free SiLU MLP; use engine=hf")
+
+
+class Rotary:
+    """cos/sin tables (positions, head_dim) in float32, built once and extended on demand; sin
+    carries rotate_half's sign (−1 on the first half), see `rope`."""
+
+    def __init__(self, config, device):
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        rot = LlamaRotaryEmbedding(config=config)
+        self.inv_freq = rot.inv_freq.float().to(device)
+        self.scale = float(getattr(rot, "attention_scaling", 1.0))
+        self.cos = self.sin = torch.empty(0, device=device)
+
+    def tables(self, n: int):
+        if self.cos.shape[0] < n:
+            t = torch.arange(max(n, 2 * self.cos.shape[0], 1024), device=self.inv_freq.device)
+            freqs = torch.outer(t.float(), self.inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            half = freqs.shape[-1]
+            sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(emb.device)
+            self.cos, self.sin = emb.cos() * self.scale, emb.sin() * self.scale * sign
+        return self.cos, self.sin
+
+
+class Block(nn.Module):
+    def __init__(self, wqkv: Linear, wo: Linear, wgu: Linear, wd: Linear, norm_in, norm_post,
+                 heads: int, kv_heads: int, head_dim: int, eps: float):
+        super().__init__()
+        self.wqkv, self.wo, self.wgu, self.wd = wqkv, wo, wgu, wd
+        self.register_buffer("norm_in", norm_in, persistent=False)
+        self.register_buffer("norm_post", norm_post, persistent=False)
+        self.nh, self.nkv, self.hd, self.eps = heads, kv_heads, head_dim, eps
+
+    def forward(self, x, cos, sin, kc, vc, start: int, mask):
+        """x (B, n, H); cos/sin (B, n, hd); kc/vc (B, kv, cap, hd) this layer's cache;
+        mask (B | 1, 1, n, start + n) bool or None (causal)."""
+        nat = native_ops(x)
+        if nat is not None:
+            return self.forward_native(nat, x, cos, sin, kc, vc, start, mask)
+        B, n, _ = x.shape
+        nh, nkv, hd = self.nh, self.nkv, self.hd
+        qkv = self.wqkv(rms_norm(x, self.norm_in, self.eps))
+        cos, sin = cos[:, :, None], sin[:, :, None]
+        qk = rope(qkv[..., : (nh + nkv) * hd].view(B, n, nh + nkv, hd), cos, sin)
+        q = qk[:, :, :nh].transpose(1, 2)  # q and k rotated together: (B, n, nh + nkv, hd)
+        k = qk[:, :, nh:].transpose(1, 2)
+        v = qkv[..., (nh + nkv) * hd :].view(B, n, nkv, hd).transpose(1, 2)
+        kc[:, :, start : start + n] = k
+        vc[:, :, start : start + n] = v
+        o = F.scaled_dot_product_attention(q, kc[:, :, : start + n], vc[:, :, : start + n],
+                                           attn_mask=mask, enable_gqa=self.nh != self.nkv)
+        x = x + self.wo(o.transpose(1, 2).reshape(B, n, self.nh * self.hd))
+        g, u = self.wgu(rms_norm(x, self.norm_post, self.eps)).chunk(2, dim=-1)
+        return x + self.wd(F.silu(g) * u)
+
+    def forward_native(self, nat, x, cos, sin, kc, vc, start: int, mask):
+        """The same layer with engines.native's per-row norm and rotary (CPU, float32, batch 1):
+        one call each instead of chains of small torch ops; x is updated in place."""
+        nh, nkv, hd = self.nh, self.nkv, self.hd
+        n = x.shape[1]
+        xs = x[0]  # (n, H), the residual stream
+        qkv = self.wqkv(nat.rms_norm(xs, self.norm_in, self.eps))  # (n, (nh + 2 nkv) hd)
+        nat.rope_(qkv, nh + nkv, hd, cos[0], sin[0])
+        kc[0, :, start : start + n] = qkv[:, nh * hd : (nh + nkv) * hd].view(n, nkv, hd) \
+            .transpose(0, 1)
+        vc[0, :, start : start + n] = qkv[:, (nh + nkv) * hd :].view(n, nkv, hd).transpose(0, 1)
+        q = qkv[:, : nh * hd].view(1, n, nh, hd).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, kc[:, :, : start + n], vc[:, :, : start + n],
+                                           attn_mask=mask, enable_gqa=nh != nkv)
+        h = nat.add_rms_norm_(xs, self.wo(o.transpose(1, 2).reshape(n, nh * hd)),
+                              self.norm_post, self.eps)
+        g, u = self.wgu(h).chunk(2, dim=-1)
+        xs.add_(self.wd(F.silu(g) * u))
+        return x
+
+
+def native_ops(x: torch.Tensor):
+    """engines.native's module when x can take the per-row native path, else None."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or x.shape[0] != 1:
+        return None
+    from engines.native import kernels
+
+    return kernels()[0]
+
+
+class LeanModel(nn.Module):
+    def __init__(self, config, blocks: list[Block], embed: torch.Tensor, norm: torch.Tensor,
+                 output: Linear, dtype: torch.dtype, device):
+        super().__init__()
+        self.config = config
+        self.layers = nn.ModuleList(blocks)
+        self.register_buffer("embed", embed, persistent=False)
+        self.register_buffer("norm", norm, persistent=False)
+        self.output = output
+        self.dtype = dtype
+        self.eps = float(config.rms_norm_eps)
+        self.rotary = Rotary(config, device)
+
+    def forward(self, ids, k, v, start: int, cos, sin, mask, logits_to_keep: int, want: dict):
+        """cos/sin (B, n, hd) for the positions of ids; want: {layer index 0..N: keys to
+        return it under}; → (logits, {key: (B, n, H)})."""
+        x = F.embedding(ids, self.embed).to(self.dtype)
+        hidden = {}
+        for i, layer in enumerate(self.layers):
+            for key in want.get(i, ()):
+                hidden[key] = x.clone()  # layers may update x in place
+            x = layer(x, cos, sin, k[i], v[i], start, mask)
+        x = rms_norm(x, self.norm, self.eps)
+        for key in want.get(len(self.layers), ()):
+            hidden[key] = x
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        return self.output(x), hidden
+
+
+class LeanEngine(Engine):
+    name = "lean"
+
+    def __init__(self, model: LeanModel, weights: str, source: str):
+        self.model = model
+        self.config = model.config
+        self.dtype = model.dtype
+        self.device = model.embed.device
+        self.weights = weights
+        self.source = source  # where the weights came from (GGUF blocks, safetensors, ...)
+        c = model.config
+        self.kv_heads = int(c.num_key_value_heads)
+        self.head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads)
+        self.window = getattr(c, "sliding_window", None) if getattr(c, "use_sliding_window",
+                                                                     True) else None
+        self.run = self.model  # the forward; compile() swaps in a compiled one
+        self.compiled = False
+
+    def new_cache(self, capacity: int, batch: int = 1) -> StaticCache:
+        return StaticCache(self.num_layers, batch, self.kv_heads, max(capacity, 16),
+                           self.head_dim, self.dtype, self.device)
+
+    def forward(self, ids, cache, positions=None, mask=None, logits_to_keep: int = 0,
+                hidden=()) -> Out:
+        B, n = ids.shape
+        start = cache.length
+        if self.window and start + n > self.window:
+            raise ValueError(f"engine=lean does not implement sliding-window attention past "
+                             f"{self.window} positions; use engine=hf")
+        cache.reserve(start + n)
+        if positions is None:
+            positions = torch.arange(start, start + n, device=ids.device).expand(B, n)
+        if mask is None and n > 1:  # causal over the new tokens, every cached one visible
+            mask = torch.ones(n, start + n, dtype=torch.bool, device=ids.device).tril(start)[None]
+        if mask is not None:
+            mask = mask[:, None]  # (B | 1, 1, n, start + n)
+        N = self.num_layers
+        want = {}
+        for l in hidden:  # layer index → the keys it was asked under (2 and −1 may coincide)
+            want.setdefault(l if l >= 0 else N + 1 + l, []).append(l)
+        cos, sin = self.model.rotary.tables(int(positions.max()) + 1)
+        cos = cos[positions].to(self.dtype)  # (B, n, hd)
+        sin = sin[positions].to(self.dtype)
+        logits, hs = self.run(ids, cache.k, cache.v, start, cos, sin, mask, logits_to_keep, want)
+        cache.length = start + n
+        return Out(logits, hs)
+
+    def compile(self) -> None:
+        """torch.compile the forward (dynamic token count and cache length; CUDA graphs on a
+        GPU). Graphs are built on first use of each shape family, which the runner's warm-up
+        does outside the clock; `recompiles()` counts graphs built since, so a timed turn that
+        compiled can be refused."""
+        mode = "reduce-overhead" if self.device.type == "cuda" else None
+        self.run = torch.compile(self.model, dynamic=True, mode=mode)
+        self.compiled = True
+
+    @staticmethod
+    def graphs() -> int:
+        """Graphs compiled so far in this process (torch._dynamo's counter)."""
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+
+    @property
+    def embed_weight(self) -> torch.Tensor:
+        return self.model.embed
+
+    def output_weight(self) -> torch.Tensor:
+        if not hasattr(self, "_output_weight"):
+            out = self.model.output
+            if out.fmt in ("float32", "bfloat16", "float16") and out.kernel == "aten":
+                self._output_weight = out.weight  # the stored tensor itself
+            else:
+                self._output_weight = out.dequantized().to(self.dtype)
+        return self._output_weight
+
+    def weight_bytes(self) -> int:
+        n = sum(m.nbytes() for m in self.model.modules() if isinstance(m, Linear))
+        n += self.model.embed.numel() * self.model.embed.element_size()
+        n += sum(b.numel() * b.element_size() for blk in self.model.layers
+                 for b in (blk.norm_in, blk.norm_post))
+        return n
+
+    def step_weight_bytes(self) -> int:
+        """Bytes one decoding step reads: every projection and the output layer, not the
+        embedding table (one row is gathered)."""
+        return sum(m.nbytes() for m in self.model.modules() if isinstance(m, Linear))
+
+    def describe(self) -> dict:
+        kernels = sorted({f"{m.fmt}:{m.kernel}" for m in self.model.modules()
+                          if isinstance(m, Linear)})
+        return {**super().describe(), "kernels": kernels, "source": self.source,
+                "output_layer": self.model.output.fmt, "compiled": self.compiled}

@@ -1,0 +1,271 @@
+"""Choosing and loading an engine: which engine, weight format, activation dtype and kernel.
+
+    engine   auto   lean where the architecture is supported (engines.lean.SUPPORTED), else hf
+    weights  auto   the checkpoint's own format: the embedded GGUF's Q4_1 blocks run as int4
+                    (its shipped weights on the int4 kernel); a transformers checkpoint runs
+                    unquantized in the activation dtype. int8/int4 on another checkpoint
+                    quantize it (a different target, named in every result).
+    dtype    auto   bfloat16 on a GPU; on a CPU, timed: each dtype the CPU computes natively
+                    (float32 always; bfloat16 with avx512_bf16/amx_bf16; float16 with
+                    avx512_fp16/amx_fp16) runs a one-token and an 8-token forward, and the
+                    smallest geometric mean of the two wins.
+    kernel   auto   float32 weights on a CPU: MKL's F.linear or oneDNN on prepacked weights,
+                    whichever runs this model's projection shapes faster here (1 and 8 rows);
+                    int8/int4 on a CPU: our native kernels (engines.native) where they build,
+                    else torch's; anything else: torch's (aten).
+Every choice and the timings behind it are returned as `choice` and land in env.json,
+config.yaml and the summary rows.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from bench.errors import UserError
+from engines.formats import FLOATS, FORMATS, Linear
+
+ENGINES = ("auto", "hf", "lean")
+WEIGHTS = ("auto",) + FORMATS
+DTYPES = ("auto",) + tuple(FLOATS)
+KERNELS = ("auto", "aten", "onednn", "native")
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def native_dtypes(device: torch.device) -> list[str]:
+    if device.type == "cuda":
+        return ["bfloat16"]
+    flags = cpu_flags()
+    out = ["float32"]
+    if flags & {"avx512_bf16", "amx_bf16"}:
+        out.append("bfloat16")
+    if flags & {"avx512_fp16", "amx_fp16"}:
+        out.append("float16")
+    return out
+
+
+def _check(value, valid, key):
+    if value not in valid:
+        raise UserError(f"{key}={value!r} is not valid; choose one of: {', '.join(valid)}")
+
+
+class Source:
+    """Where a model's tensors come from: a transformers directory, maybe a GGUF file too."""
+
+    def __init__(self, spec: str):
+        from bench.models import embedded_gguf, resolve_path
+
+        self.spec = spec
+        self.dir = resolve_path(spec)
+        self.gguf = embedded_gguf(spec)  # the GGUF blocks behind an embedded:NAME, else None
+        self._config = None
+
+    @property
+    def config(self):
+        if self._config is None:
+            from transformers import AutoConfig
+
+            try:
+                self._config = AutoConfig.from_pretrained(self.dir)
+            except (OSError, ValueError) as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise UserError(f"cannot load model {self.spec!r}: {first} (give an "
+                                f"embedded:NAME, a Hugging Face id reachable online or in the "
+                                f"local cache, or a directory)")
+        return self._config
+
+    def local_dir(self) -> Path:
+        p = Path(self.dir)
+        if p.is_dir():
+            return p
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(self.dir, allow_patterns=["*.json", "*.safetensors",
+                                                               "*.bin"]))
+
+
+def resolve_engine(source: Source, engine: str) -> tuple[str, str]:
+    from engines.lean import check_supported
+
+    _check(engine, ENGINES, "engine")
+    if engine == "hf":
+        return "hf", "asked for"
+    try:
+        check_supported(source.config)
+    except ValueError as e:
+        if engine == "lean":
+            raise UserError(str(e))
+        return "hf", f"auto: {e}"
+    return "lean", f"auto: model_type={source.config.model_type} is supported by the lean forward"
+
+
+def resolve_weights(source: Source, engine: str, weights: str, dtype: str) -> tuple[str, str]:
+    _check(weights, WEIGHTS, "model.weights")
+    if engine == "hf":
+        if weights not in ("auto", dtype):
+            raise UserError(f"model.weights={weights!r} needs engine=lean (engine=hf runs the "
+                            f"checkpoint unquantized in model.dtype={dtype})")
+        return dtype, "engine=hf runs the checkpoint in model.dtype"
+    if weights != "auto":
+        return weights, "asked for"
+    if source.gguf is not None:
+        return "int4", "auto: the checkpoint ships as GGUF Q4_1 blocks, which the int4 kernel " \
+                       "runs as they are"
+    return dtype, "auto: the checkpoint's weights, unquantized in the activation dtype"
+
+
+def build_engine(source: Source, engine: str, weights: str, dtype: str, device, kernel="aten"):
+    tdtype = FLOATS[dtype]
+    if engine == "hf":
+        from engines.hf import HFEngine
+        from transformers import AutoModelForCausalLM
+
+        try:
+            model = AutoModelForCausalLM.from_pretrained(source.dir, dtype=tdtype)
+        except (OSError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"cannot load model {source.spec!r}: {first}")
+        model.to(device).eval().requires_grad_(False)
+        return HFEngine(model)
+    from engines import build, gguf
+    from engines.lean import LeanEngine
+
+    if source.gguf is not None and weights == "int4":
+        tensors, _ = gguf.read(source.gguf)
+        where = f"GGUF blocks of {Path(source.gguf).name}"
+    else:
+        tensors = build.state_dict_of(str(source.local_dir()))
+        where = f"checkpoint tensors in {source.dir}"
+    model = build.build(source.config, tensors, weights, tdtype, device, kernel)
+    return LeanEngine(model, weights, where)
+
+
+def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[str, dict]:
+    """The projections' kernel (see the module docstring), and why."""
+    from engines.native import kernels
+
+    _check(kernel, KERNELS, "model.kernel")
+    cpu = torch.device(device).type == "cpu"
+    if kernel == "onednn" and not (cpu and weights == "float32"):
+        raise UserError(f"model.kernel=onednn runs float32 weights on a CPU, not "
+                        f"{weights} on {torch.device(device).type}; use model.kernel=auto")
+    if kernel == "native":
+        if not (cpu and weights in ("int8", "int4")):
+            raise UserError(f"model.kernel=native runs int8/int4 weights on a CPU, not "
+                            f"{weights} on {torch.device(device).type}; use model.kernel=auto")
+        mod, why = kernels()
+        if mod is None:
+            raise UserError(f"model.kernel=native: the native kernels {why}; use "
+                            f"model.kernel=aten")
+    if kernel != "auto":
+        return kernel, {"reason": "asked for"}
+    if cpu and weights in ("int8", "int4"):
+        mod, why = kernels()
+        if mod is not None:
+            return "native", {"reason": f"auto: our block kernels ({why}; float32 activations, "
+                                        f"exact scales)"}
+        return "aten", {"reason": f"auto: the native kernels {why}"}
+    if weights != "float32" or not cpu:
+        return "aten", {"reason": "auto: torch's kernels (no alternative for these weights "
+                                  "on this device)"}
+    c = source.config
+    H, I = int(c.hidden_size), int(c.intermediate_size)
+    hd = int(getattr(c, "head_dim", None) or H // c.num_attention_heads)
+    shapes = [(hd * (c.num_attention_heads + 2 * c.num_key_value_heads), H), (2 * I, H), (H, I)]
+    times = {}
+    for k in ("aten", "onednn"):
+        try:
+            times[k] = _time_kernel(k, shapes)
+        except RuntimeError as e:  # oneDNN missing from this build
+            times[k] = None
+            first = str(e).splitlines()[0]
+            times[f"{k}_error"] = first
+    ok = {k: v for k, v in times.items() if isinstance(v, float)}
+    best = min(ok, key=ok.get)
+    return best, {"reason": "timed: projection shapes at 1 and 8 rows",
+                  "seconds": {k: round(v, 5) for k, v in ok.items()}}
+
+
+def _time_kernel(kernel: str, shapes) -> float:
+    from engines.probe import time_linear
+
+    return time_linear(lambda w: Linear.from_float(w, "float32", kernel=kernel), shapes)
+
+
+def choose_dtype(source: Source, engine: str, weights: str, dtype: str, device, kernel: str):
+    """(dtype, evidence): asked for, the GPU's bfloat16, or timed among the CPU's natives."""
+    _check(dtype, DTYPES, "model.dtype")
+    if dtype != "auto":
+        return dtype, {"reason": "asked for"}
+    device = torch.device(device)
+    cands = native_dtypes(device)
+    if device.type == "cuda":
+        return "bfloat16", {"reason": "auto: bfloat16 on a GPU"}
+    if len(cands) == 1:
+        flags = sorted(cpu_flags() & {"avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16",
+                                       "avx512f", "avx2"})
+        return cands[0], {"reason": f"auto: the only dtype this CPU computes natively "
+                                    f"(flags: {' '.join(flags) or 'none'})"}
+    from engines.probe import step_costs
+
+    timed = {}
+    for d in cands:
+        w, _ = resolve_weights(source, engine, weights, d)
+        k = choose_kernel(source, w, device, kernel)[0] if engine == "lean" else "aten"
+        eng = build_engine(source, engine, w, d, device, k)
+        c = step_costs(eng, sizes=(1, 8), context=64, repeats=3)
+        timed[d] = {"c1_ms": round(c[1] * 1e3, 2), "c8_ms": round(c[8] * 1e3, 2),
+                    "score": math.sqrt(c[1] * c[8])}
+        del eng
+    best = min(timed, key=lambda d: timed[d]["score"])
+    return best, {"reason": "auto: timed one-token and 8-token forwards; smallest geometric "
+                            "mean", "timed": timed}
+
+
+def load(spec: str, device, engine: str = "auto", weights: str = "auto", dtype: str = "auto",
+         kernel: str = "auto", compile: bool = False):
+    """(engine object, choice): `choice` records what was resolved and why."""
+    source = Source(spec)
+    device = torch.device(device)
+    eng_name, eng_why = resolve_engine(source, engine)
+    dt, dt_why = choose_dtype(source, eng_name, weights, dtype, device, kernel)
+    w, w_why = resolve_weights(source, eng_name, weights, dt)
+    k, k_why = choose_kernel(source, w, device, kernel) if eng_name == "lean" else \
+        ("transformers", {"reason": "engine=hf"})
+    eng = build_engine(source, eng_name, w, dt, device, k)
+    if compile:
+        if eng_name != "lean":
+            raise UserError("model.compile=true needs engine=lean (engine=hf runs transformers "
+                            "as is)")
+        eng.compile()
+    choice = {"engine": eng_name, "engine_reason": eng_why, "weights": w, "weights_reason": w_why,
+              "dtype": dt, "dtype_probe": dt_why, "kernel": k, "kernel_probe": k_why,
+              **eng.describe()}
+    return eng, choice
+
+
+def wrap(model, engine: str = "hf", weights: str | None = None, kernel: str = "aten"):
+    """An engine over an in-memory transformers model (tests, training): hf as is, or a lean
+    model built from its state dict in `weights` (default: its own dtype)."""
+    if engine == "hf":
+        from engines.hf import HFEngine
+
+        return HFEngine(model)
+    from engines import build
+    from engines.lean import LeanEngine
+
+    p = next(model.parameters())
+    fmt = weights or str(p.dtype).removeprefix("torch.")
+    lean = build.build(model.config, dict(model.state_dict()), fmt, p.dtype, p.device, kernel)
+    return LeanEngine(lean, fmt, "an in-memory transformers model")

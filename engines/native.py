@@ -1,0 +1,50 @@
+"""Our CPU kernels (engines/kernels/cpu.cpp), built on first use: block-quantized matrix
+products and the per-row layer ops of the lean forward (norm, rotary, attention, SiLU·mul).
+
+    mod, why = native.kernels()      # the compiled module, or None and the reason
+
+The source is compiled once per machine kind by torch's C++ extension loader (a minute on two
+cores) into $SPECSWEEP_CACHE/kernels and reused afterwards. With AVX2 and FMA it is built
+vectorized; otherwise as portable C++. Where no compiler is available the engine falls back to
+torch's own int4/int8 kernels, and says so in `describe()`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SOURCE = Path(__file__).parent / "kernels" / "cpu.cpp"
+_STATE: dict = {}
+
+
+def _flags() -> tuple[str, list[str]]:
+    from engines.load import cpu_flags
+
+    if {"avx2", "fma"} <= cpu_flags():
+        return "avx2", ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
+    return "portable", ["-O3", "-fopenmp"]
+
+
+def kernels():
+    """(module, reason): the compiled kernels, or (None, why not)."""
+    if "mod" in _STATE:
+        return _STATE["mod"], _STATE["why"]
+    if os.environ.get("SPECSWEEP_NATIVE", "1") == "0":
+        _STATE.update(mod=None, why="disabled by SPECSWEEP_NATIVE=0")
+        return None, _STATE["why"]
+    kind, cflags = _flags()
+    try:
+        from torch.utils.cpp_extension import load
+
+        from bench.models import cache_root
+
+        build = cache_root() / "kernels" / kind
+        build.mkdir(parents=True, exist_ok=True)
+        mod = load(name=f"specsweep_cpu_{kind}", sources=[str(SOURCE)],
+                   extra_cflags=cflags, extra_ldflags=["-fopenmp"],
+                   build_directory=str(build), verbose=False)
+        _STATE.update(mod=mod, why=f"built {kind}")
+    except Exception as e:  # no compiler, no headers: torch's kernels remain
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        _STATE.update(mod=None, why=f"could not build ({first[:200]})")
+    return _STATE["mod"], _STATE["why"]

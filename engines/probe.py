@@ -1,0 +1,90 @@
+"""Timed probes of an engine on the machine at hand: the cost curve c(q) and kernel choices.
+
+c(q) is the time of one forward over q new tokens after `context` cached tokens (median of
+`repeats` after a warm-up), timed with bench.clock's one clock. c(q)/c(1) is what a verify of
+q − 1 drafted tokens costs relative to plain decoding: the number that decides whether a draft
+of a given size can pay. Results are cached per engine object, so a run times it once.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+
+import torch
+
+SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
+_CURVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@torch.inference_mode()
+def step_costs(engine, sizes=SIZES, context: int = 128, repeats: int = 3) -> dict:
+    """{q: median seconds of one forward over q new tokens after `context` cached tokens}."""
+    from bench.clock import Clock
+
+    vocab = engine.vocab_size
+    dev = engine.device
+    ctx_ids = (torch.arange(context, device=dev) * 7919 % vocab)[None]
+    clock = Clock(torch.device(dev))
+    out = {}
+    for q in sizes:
+        times = []
+        for r in range(repeats + 1):
+            cache = engine.new_cache(context + q)
+            engine.forward(ctx_ids, cache, logits_to_keep=1)
+            new = (torch.arange(q, device=dev) * 31 % vocab)[None]
+            clock.reset()
+            with clock.phase("verify"):
+                engine.forward(new, cache)
+            if r:  # the first repeat warms up
+                times.append(clock.read()["verify"] / 1e9)
+        out[q] = statistics.median(times)
+    return out
+
+
+def curve(engine, sizes=SIZES) -> dict:
+    """The engine's cost curve, timed once per engine object."""
+    per = _CURVES.setdefault(engine, {})
+    key = tuple(sizes)
+    if key not in per:
+        per[key] = step_costs(engine, sizes)
+    return per[key]
+
+
+def ratios(costs: dict) -> dict:
+    base = costs[min(costs)]
+    return {q: c / base for q, c in costs.items()}
+
+
+def read_bandwidth(device: torch.device, mb: int = 1024, reps: int = 5) -> float:
+    """Bytes/s of a streaming read (a sum over a buffer far larger than the caches)."""
+    x = torch.ones(mb * 2**20 // 4, dtype=torch.float32, device=device)
+    x.sum()
+    best = float("inf")
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        x.sum()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t)
+    return x.numel() * 4 / best
+
+
+@torch.inference_mode()
+def time_linear(make, shapes, rows=(1, 8), repeats: int = 5) -> float:
+    """Σ over `shapes` (out, in) and `rows` of the median time of a Linear built by make(w)."""
+    total = 0.0
+    for o, i in shapes:
+        lin = make(torch.randn(o, i) * 0.02)
+        for m in rows:
+            x = torch.randn(m, i)
+            lin(x)
+            ts = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                lin(x)
+                ts.append(time.perf_counter() - t)
+            total += statistics.median(ts)
+    return total

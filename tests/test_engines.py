@@ -1,0 +1,291 @@
+"""The lean engine against the hf engine (transformers as is), on tiny real models.
+
+Logits at every position of a prompt and of a tree-masked forward, hidden states, greedy
+outputs, cache rollback and path keeping, and the int8/int4 weight formats.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.errors import UserError
+from engines.base import tree_mask
+from engines.load import load
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def engines(path, dtype="float32", weights=None):
+    hf, _ = load(str(path), "cpu", engine="hf", dtype=dtype)
+    lean, _ = load(str(path), "cpu", engine="lean", dtype=dtype, weights=weights or dtype,
+                   kernel="aten")
+    return hf, lean
+
+
+def close(a, b, rel):
+    a, b = a.float(), b.float()
+    return float((a - b).abs().max()) <= rel * float(b.abs().max())
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_target_dir):
+    return engines(tiny_target_dir)
+
+
+def prompt(n=23, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(4, 128, (1, n), generator=g)
+
+
+def test_lean_matches_hf_logits_at_every_position(pair):
+    hf, lean = pair
+    ids = prompt()
+    a = hf.forward(ids, hf.new_cache(64), hidden=(0, 1, 2, -1))
+    b = lean.forward(ids, lean.new_cache(64), hidden=(0, 1, 2, -1))
+    assert a.logits.shape == b.logits.shape == (1, 23, 128)
+    assert close(b.logits, a.logits, 1e-4)
+    for l in (0, 1, 2, -1):
+        assert close(b.hidden[l], a.hidden[l], 1e-4), l
+    assert torch.equal(b.hidden[2], b.hidden[-1])  # 2 layers: index N is the final norm
+
+
+def test_lean_matches_hf_incrementally_and_on_a_tree(pair):
+    hf, lean = pair
+    ids = prompt(30, seed=1)
+    caches = [e.new_cache(64) for e in pair]
+    for e, c in zip(pair, caches):
+        e.forward(ids[:, :20], c)
+    # a tree of 6 nodes below the root ids[20]: parents (rows) 0,0,1,1,2,4
+    parents = [0, 0, 1, 1, 2, 4]
+    anc = torch.eye(7, dtype=torch.bool)
+    depth = torch.zeros(7, dtype=torch.long)
+    for j, p in enumerate(parents, start=1):
+        anc[j] |= anc[p]
+        depth[j] = depth[p] + 1
+    toks = ids[:, 20:27]
+    outs = [e.forward(toks, c, positions=(20 + depth)[None], mask=tree_mask(anc, 20))
+            for e, c in zip(pair, caches)]
+    assert close(outs[1].logits, outs[0].logits, 1e-4)
+    # row 3 (root → row 1 → row 3) equals decoding that path sequentially
+    path = [0, 1, 3]
+    fresh = lean.new_cache(64)
+    seq = lean.forward(torch.cat([ids[:, :20], toks[:, path]], 1), fresh).logits[0, -1]
+    assert close(outs[1].logits[0, 3], seq, 1e-4)
+
+
+def test_keep_path_equals_a_fresh_prefill(pair):
+    for e in pair:
+        ids = prompt(26, seed=2)
+        c = e.new_cache(64)
+        e.forward(ids[:, :20], c)
+        parents = [0, 0, 1, 2, 3]
+        anc = torch.eye(6, dtype=torch.bool)
+        depth = torch.zeros(6, dtype=torch.long)
+        for j, p in enumerate(parents, start=1):
+            anc[j] |= anc[p]
+            depth[j] = depth[p] + 1
+        e.forward(ids[:, 20:26], c, positions=(20 + depth)[None], mask=tree_mask(anc, 20))
+        c.keep(20, torch.tensor([0, 1, 3]))  # root, node row 1, node row 3
+        assert c.length == 23
+        nxt = torch.tensor([[7]])
+        after = e.forward(nxt, c).logits[0, -1]
+        kept = torch.cat([ids[:, 20:21], ids[:, 21:22], ids[:, 23:24], nxt], 1)
+        fresh = e.forward(torch.cat([ids[:, :20], kept], 1), e.new_cache(64)).logits[0, -1]
+        assert close(after, fresh, 1e-5), e.name
+        c.crop(21)  # roll back to root only
+        again = e.forward(nxt, c).logits[0, -1]
+        ref = e.forward(torch.cat([ids[:, :21], nxt], 1), e.new_cache(64)).logits[0, -1]
+        assert close(again, ref, 1e-5), e.name
+
+
+def test_static_cache_grows_past_capacity(pair):
+    _, lean = pair
+    ids = prompt(40, seed=3)
+    c = lean.new_cache(16)
+    lean.forward(ids[:, :10], c)
+    out = lean.forward(ids[:, 10:], c).logits
+    ref = lean.forward(ids, lean.new_cache(64)).logits[:, 10:]
+    assert c.capacity >= 40 and close(out, ref, 1e-5)
+
+
+def test_ar_outputs_identical_between_engines(pair):
+    from bench.clock import Clock
+    from bench.loop import generate
+    from bench.runner import AR_CFG, Context, build_method
+    from bench.sampling import SamplingParams
+
+    outs = []
+    for e in pair:
+        ctx = Context(e, None, torch.device("cpu"), e.dtype, None)
+        res = generate(build_method(AR_CFG, ctx), prompt(12, seed=4)[0].tolist(), 30,
+                       SamplingParams(), set(), Clock(torch.device("cpu")))
+        outs.append(res.output_ids)
+    assert outs[0] == outs[1] and len(outs[0]) == 30
+
+
+def test_bfloat16_within_rounding(tiny_target_dir):
+    hf, lean = engines(tiny_target_dir, "bfloat16")
+    ids = prompt()
+    a = hf.forward(ids, hf.new_cache(64)).logits
+    b = lean.forward(ids, lean.new_cache(64)).logits
+    assert a.dtype == b.dtype == torch.bfloat16
+    assert close(b, a, 0.05)  # a few bf16 steps (2^-8) through two layers
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "mistral"])
+def test_other_llama_family_architectures(tmp_path, kind):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    cfg = AutoConfig.for_model(kind, vocab_size=128, hidden_size=64, intermediate_size=96,
+                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                               max_position_embeddings=256, tie_word_embeddings=kind == "qwen2")
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    if kind == "qwen2":  # make the q/k/v biases matter
+        for layer in model.model.layers:
+            for p in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                torch.nn.init.normal_(p.bias, std=0.5)
+    model.save_pretrained(tmp_path)
+    hf, lean = engines(tmp_path)
+    ids = prompt(19)
+    assert close(lean.forward(ids, lean.new_cache(32)).logits,
+                 hf.forward(ids, hf.new_cache(32)).logits, 1e-4)
+
+
+def test_unsupported_architecture_names_engine_hf(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)).save_pretrained(
+        tmp_path)
+    with pytest.raises(UserError, match="engine=hf"):
+        load(str(tmp_path), "cpu", engine="lean", dtype="float32")
+    eng, choice = load(str(tmp_path), "cpu", engine="auto", dtype="float32")
+    assert eng.name == "hf" and "gpt2" in choice["engine_reason"]
+
+
+def test_quantized_weights_on_hf_engine_refused(tiny_target_dir):
+    with pytest.raises(UserError, match="model.weights='int4' needs engine=lean"):
+        load(str(tiny_target_dir), "cpu", engine="hf", weights="int4", dtype="float32")
+
+
+# --- weight formats ---------------------------------------------------------------------------
+
+def int4_case(seed=0, o=64, i=96):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (o, i), generator=g, dtype=torch.uint8)
+    scale = torch.rand(o, i // 32, generator=g) * 0.1 + 0.01
+    offset = torch.randn(o, i // 32, generator=g) * 0.1
+    want = (q.float().view(o, -1, 32) * scale[..., None] + offset[..., None]).view(o, i)
+    return q, scale, offset, want, torch.randn(9, i, generator=g)
+
+
+def test_int4_native_kernel_holds_exact_values_and_is_batch_invariant():
+    from engines.formats import Linear
+
+    q, scale, offset, want, x = int4_case()
+    lin = Linear.from_int4(q, scale, offset, kernel="native")
+    assert torch.equal(lin.dequantized(), want)  # float32 scale · q + offset, as stored
+    y = lin(x)
+    assert close(y, x @ want.t(), 1e-5)
+    # each row is computed alike whatever the batch: a verify forward equals one-token ones
+    rows = torch.cat([lin(x[r : r + 1]) for r in range(x.shape[0])])
+    assert torch.equal(y, rows)
+    assert torch.equal(lin(x[:3]), y[:3]) and torch.equal(lin(x[:8]), y[:8])
+
+
+def test_int4_aten_kernel_rounds_scales_to_bfloat16():
+    from engines.formats import Linear
+
+    q, scale, offset, want, x = int4_case(1)
+    lin = Linear.from_int4(q, scale, offset, kernel="aten")
+    s16 = scale.bfloat16().float()
+    z16 = (offset + 8 * scale).bfloat16().float()
+    ref = ((q.float().view(64, 3, 32) - 8) * s16[..., None] + z16[..., None]).view(64, 96)
+    # the kernel returns bf16: the expected values rounded once to bf16
+    assert torch.equal(lin.dequantized(), ref.bfloat16().float())
+    assert close(lin(x), x.bfloat16().float() @ ref.t(), 1e-2)
+
+
+@pytest.mark.parametrize("kernel", ["native", "aten"])
+def test_int8_unpacks_to_the_expected_values(kernel):
+    from engines.formats import Linear, quantize_int8
+
+    w = torch.randn(48, 64)
+    q, s = quantize_int8(w)
+    lin = Linear.from_float(w, "int8", kernel=kernel)
+    assert torch.equal(lin.qweight, q)
+    scale = s if kernel == "native" else s.bfloat16().float()
+    assert torch.equal(lin.dequantized(), q.float() * scale[:, None])
+    assert close(lin.dequantized(), w, 0.01)
+
+
+def test_q8_0_blocks_are_kept_exactly():
+    from engines.formats import Linear
+
+    g = torch.Generator().manual_seed(2)
+    q = torch.randint(-127, 128, (40, 64), generator=g, dtype=torch.int8)
+    d = torch.rand(40, 2, generator=g) * 0.01
+    lin = Linear.from_q8_0(q, d)
+    want = (q.float().view(40, 2, 32) * d[..., None]).view(40, 64)
+    assert lin.fmt == "q8_0" and torch.equal(lin.dequantized(), want)
+    x = torch.randn(5, 64, generator=g)
+    assert close(lin(x), x @ want.t(), 1e-5)
+
+
+def test_q4_1_blocks_map_onto_int4():
+    """A GGUF Q4_1 block w = d·q + m is the int4 group (q − 8)·d + (m + 8d)."""
+    from engines import build
+    from engines.gguf import Q4_1
+
+    g = torch.Generator().manual_seed(1)
+    blk = Q4_1(torch.randint(0, 16, (32, 64), generator=g, dtype=torch.uint8),
+               torch.rand(32, 2, generator=g) * 0.05, torch.randn(32, 2, generator=g) * 0.1)
+    native = build.fused([blk], "int4", "cpu", "native")
+    assert torch.equal(native.dequantized(), blk.dequantize())  # exactly the shipped values
+    aten = build.fused([blk], "int4", "cpu", "aten")
+    assert close(aten.dequantized(), blk.dequantize(), 2 ** -7)  # scales rounded to bf16
+
+
+def test_gguf_block_decoding():
+    """Q4_1 / Q8_0 bytes as llama.cpp lays them out: low nibbles first, then high."""
+    import numpy as np
+
+    from engines.gguf import _q4_1, _q8_0
+
+    d, m = np.float16(0.5), np.float16(-1.0)
+    q = np.arange(32) % 16
+    nib = (q[:16] | (q[16:] << 4)).astype(np.uint8)
+    raw = np.concatenate([np.frombuffer(d.tobytes() + m.tobytes(), np.uint8), nib])[None]
+    blk = _q4_1(raw)
+    assert torch.equal(blk.q[0], torch.tensor(q, dtype=torch.uint8))
+    assert torch.allclose(blk.dequantize()[0], torch.tensor(q * 0.5 - 1.0, dtype=torch.float32))
+    q8 = np.arange(-16, 16, dtype=np.int8)
+    raw8 = np.concatenate([np.frombuffer(np.float16(0.25).tobytes(), np.uint8),
+                           q8.view(np.uint8)])[None]
+    assert torch.allclose(_q8_0(raw8).dequantize()[0], torch.tensor(q8 * 0.25,
+                                                                      dtype=torch.float32))
+
+
+@pytest.mark.parametrize("kernel", ["native", "aten"])
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_quantized_lean_matches_a_float_forward_over_its_own_values(tiny_target_dir, weights,
+                                                                     kernel):
+    """The quantized engine computes what a float forward over the dequantized weights does,
+    within the bf16 activations its kernels take."""
+    import copy
+
+    from engines.formats import Linear
+
+    q, _ = load(str(tiny_target_dir), "cpu", engine="lean", dtype="float32", weights=weights,
+                kernel=kernel)
+    assert {m.kernel for m in q.model.modules() if isinstance(m, Linear)} == {kernel}
+    ref = copy.deepcopy(q)
+    for mod in ref.model.modules():  # swap every projection for float32 over its own values
+        for name, child in list(mod.named_children()):
+            if isinstance(child, Linear):
+                setattr(mod, name, Linear.from_float(child.dequantized(), "float32",
+                                                     bias=child.bias))
+    ids = prompt(21)
+    a = q.forward(ids, q.new_cache(32)).logits
+    b = ref.forward(ids, ref.new_cache(32)).logits
+    assert close(a, b, 1e-5 if kernel == "native" else 0.03)  # native: float32 throughout
