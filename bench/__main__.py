@@ -33,14 +33,56 @@ def run(cfg: DictConfig) -> None:
     from bench.table import print_summary
 
     out = Path(HydraConfig.get().runtime.output_dir)
+    place_job(cfg)
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         summary, _, runner = execute(cfg, out, progress)
-    c = runner.choice
-    print_summary(summary, f"{cfg.model.name} · {runner.device.type} · engine={c['engine']} · "
-                           f"weights={c['weights']} · dtype={c['dtype']} · {out}",
+    row = summary.iloc[0] if len(summary) else {}
+    partial = " · PARTIAL (interrupted)" if bool(row.get("partial", False)) else ""
+    skipped = " · complete earlier, skipped" if runner is None else ""
+    print_summary(summary, f"{cfg.model.name} · {row.get('device', '?')} · engine="
+                           f"{row.get('engine', '?')} · weights={row.get('weights', '?')} · "
+                           f"dtype={row.get('dtype', '?')} · {out}{partial}{skipped}",
                   Console(width=None if sys.stdout.isatty() else 200))
+    if partial:  # Ctrl-C: the finished prompts are summarised; stop here (and stop a sweep)
+        sys.exit(130)
+
+
+def local_parallel(launcher: dict) -> bool:
+    """Does this Hydra launcher run several jobs at once on this machine?"""
+    target = str(launcher.get("_target_", ""))
+    if "Joblib" in target:
+        return launcher.get("n_jobs", -1) not in (1, None)
+    if "LocalLauncher" in target and "submitit" in target:  # submitit's local executor
+        return True
+    if "Ray" in target:
+        return not (launcher.get("ray") or {}).get("init", {}).get("address")
+    return False
+
+
+def place_job(cfg: DictConfig) -> None:
+    """One device per job. Jobs that a launcher runs side by side on one machine would share
+    its cores and corrupt each other's timings: refused on a CPU unless device.allow_shared;
+    on a machine with several GPUs each job takes GPU (job number mod GPUs)."""
+    import torch
+
+    from bench.errors import UserError
+    from omegaconf import OmegaConf
+
+    hc = HydraConfig.get()
+    launcher = OmegaConf.to_container(hc.launcher, resolve=True) if "launcher" in hc else {}
+    if not local_parallel(launcher or {}):
+        return
+    gpus = torch.cuda.device_count() if cfg.device.name in ("cuda", "auto") else 0
+    if gpus:
+        torch.cuda.set_device(int(hc.job.num) % gpus)
+        return
+    if not cfg.device.get("allow_shared", False):
+        raise UserError(f"hydra/launcher runs jobs in parallel on this machine, and on a CPU "
+                        f"they would share its cores and corrupt each other's timings; run them "
+                        f"one at a time (the default launcher, or hydra.launcher.n_jobs=1), or "
+                        f"set device.allow_shared=true to accept that")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

@@ -32,18 +32,38 @@ class RunConfig:
     top_p: float = 1.0  # 1.0: off
     max_new_tokens: Optional[int] = None  # None: each task's own default
     limit: Optional[int] = None  # prompts per task; None: all
+    limit_per_category: Optional[int] = None  # the first N prompts of each category
     repeats: int = 2  # timed repeats per prompt, baseline and method interleaved
     seed: int = 0
     warmup: int = 1  # untimed warm-up generations per method
+    remeasure: int = 3  # extra interleaved pairs for a unit without enough quiet repeats
+    disturb_ratio: float = 1.25  # repeats of one side may differ by this factor
+    disturb_others: float = 0.25  # share of the machine other work may take during a turn
     check: str = "none"  # none | distribution
     dist_samples: int = 200  # continuations per side for check=distribution
     dist_positions: int = 3  # leading positions tested by check=distribution
     tie_tolerance: float = 0.05  # logit gap below which a greedy divergence is a near-tie
+    resume: bool = True  # continue a run directory holding this cell's results (bench.cells)
     out: str = "results"
 
 
+def sweep_id(argv: list[str] | None = None) -> str:
+    """A short hash of a command's overrides (Hydra's own and flags left out): a sweep started
+    again with the same command lands in the same folder and resumes (bench.cells)."""
+    import hashlib
+    import sys
+
+    args = sorted(a for a in (sys.argv[1:] if argv is None else argv)
+                  if "=" in a and not a.lstrip("+~").startswith("hydra"))
+    return hashlib.sha256("\n".join(args).encode()).hexdigest()[:10]
+
+
 def register() -> None:
+    from omegaconf import OmegaConf
+
     ConfigStore.instance().store(name="schema", node=RunConfig)
+    if not OmegaConf.has_resolver("sweep_id"):
+        OmegaConf.register_new_resolver("sweep_id", lambda: sweep_id())
 
 
 def group_options(group: str) -> list[str]:
@@ -88,8 +108,18 @@ def validate(cfg) -> None:
           f"max_new_tokens={cfg.max_new_tokens} is not valid; use an integer >= 1")
     _need(cfg.limit is None or cfg.limit >= 1,
           f"limit={cfg.limit} is not valid; use an integer >= 1 (prompts per task)")
+    _need(cfg.limit_per_category is None or cfg.limit_per_category >= 1,
+          f"limit_per_category={cfg.limit_per_category} is not valid; use an integer >= 1")
+    trunc = cfg.task.get("truncate")
+    _need(trunc in (None, "left", "right"), f"task.truncate={trunc!r} is not valid; choose "
+                                            f"left, right or null (refuse long prompts)")
     _need(cfg.repeats >= 1, f"repeats={cfg.repeats} is not valid; use an integer >= 1")
     _need(cfg.warmup >= 0, f"warmup={cfg.warmup} is not valid; use an integer >= 0")
+    _need(cfg.remeasure >= 0, f"remeasure={cfg.remeasure} is not valid; use an integer >= 0")
+    _need(cfg.disturb_ratio > 1, f"disturb_ratio={cfg.disturb_ratio} is not valid; use a "
+                                 f"factor > 1")
+    _need(0 < cfg.disturb_others <= 1, f"disturb_others={cfg.disturb_others} is not valid; "
+                                       f"use a share of the machine in (0, 1]")
     _need(cfg.check in CHECKS, f"check={cfg.check!r} is not valid; choose one of: {', '.join(CHECKS)}")
     _need(cfg.check != "distribution" or cfg.temperature > 0,
           "check=distribution compares sampled outputs: set temperature > 0")

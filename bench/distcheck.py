@@ -68,39 +68,37 @@ def bonferroni(pvalues: list[float]) -> float:
     return min(1.0, len(pvalues) * min(pvalues)) if pvalues else 1.0
 
 
-def continuations(runner, method, ids: list[int], role: str, prompt_id: str) -> tuple[list, dict]:
-    """`dist_samples` continuations of `dist_positions` tokens, padded with END after an EOS."""
-    from bench.runner import seed_for
+def continuations(method, ids: list[int], role: str, prompt_id: str, *, samples: int,
+                  positions: int, seed: int, sampling, eos: set[int], clock,
+                  device) -> tuple[list, dict]:
+    """`samples` continuations of `positions` tokens, padded with END after an EOS; each draw has
+    its own seed, and the two roles never share one."""
+    from bench.prompting import seed_for
 
-    cfg = runner.cfg
-    n, positions = int(cfg.dist_samples), int(cfg.dist_positions)
     out, drafted, accepted = [], 0, 0
-    for s in range(n):
-        gen = torch.Generator(device=runner.device)
-        gen.manual_seed(seed_for(int(cfg.seed), f"{prompt_id}/distcheck/{role}", s))
-        res = generate(method, ids, positions, runner.sampling, runner.eos, runner.clock, gen,
-                       runner.device)
+    for s in range(samples):
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed_for(seed, f"{prompt_id}/distcheck/{role}", s))
+        res = generate(method, ids, positions, sampling, eos, clock, gen, device)
         out.append(res.output_ids + [END] * (positions - len(res.output_ids)))
         drafted += res.drafted_tokens
         accepted += res.accepted_tokens
     return out, {"drafted_tokens": drafted, "accepted_tokens": accepted}
 
 
-def run(runner) -> float:
-    """Draw both sides, test each position, write distcheck.json; → the run's p-value."""
-    from bench.runner import encode
-
-    cfg = runner.cfg
-    if int(cfg.dist_samples) < 2 or int(cfg.dist_positions) < 1:
-        raise UserError(f"dist_samples={cfg.dist_samples}, dist_positions={cfg.dist_positions}: "
+def run(baseline, method, ids: list[int], prompt_id: str, out_dir, *, samples: int,
+        positions: int, seed: int, sampling, eos: set[int], clock, device) -> float:
+    """Draw both sides on the prompt `ids`, test each position, write distcheck.json; → the
+    run's p-value."""
+    if samples < 2 or positions < 1:
+        raise UserError(f"dist_samples={samples}, dist_positions={positions}: "
                         "check=distribution needs dist_samples >= 2 and dist_positions >= 1")
-    prompt = runner.prompts[0]
-    ids = encode(runner.tokenizer, [{"role": "user", "content": prompt.turns[0]}],
-                 bool(cfg.model.chat_template))
-    base, _ = continuations(runner, runner.baseline, ids, "baseline", prompt.id)
-    meth, stats = continuations(runner, runner.method, ids, "method", prompt.id)
+    draw = dict(samples=samples, positions=positions, seed=seed, sampling=sampling, eos=eos,
+                clock=clock, device=device)
+    base, _ = continuations(baseline, ids, "baseline", prompt_id, **draw)
+    meth, stats = continuations(method, ids, "method", prompt_id, **draw)
     tests = []
-    for j in range(int(cfg.dist_positions)):
+    for j in range(positions):
         p, bins = two_sample_pvalue([s[j] for s in base], [s[j] for s in meth])
         tests.append({"test": f"token {j + 1}", "pvalue": p, "bins": bins})
         if j:
@@ -109,16 +107,15 @@ def run(runner) -> float:
             tests.append({"test": f"prefix 1..{j + 1}", "pvalue": p, "bins": bins})
     pvalue = bonferroni([t["pvalue"] for t in tests])
     evidence = {
-        "prompt_id": prompt.id, "turn": 0, "prompt_tokens": len(ids),
-        "samples": int(cfg.dist_samples), "positions": int(cfg.dist_positions),
-        "method": runner.method.name, "baseline": runner.baseline.name,
-        "temperature": float(cfg.temperature), "top_k": int(cfg.top_k), "top_p": float(cfg.top_p),
+        "prompt_id": prompt_id, "turn": 0, "prompt_tokens": len(ids), "samples": samples,
+        "positions": positions, "method": method.name, "baseline": baseline.name,
+        "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
         "dist_pvalue": pvalue, "tests": tests, **stats,
         "counts_per_position": [
             {role: {str(t): c for t, c in Counter(s[j] for s in side).most_common()}
              for role, side in (("baseline", base), ("method", meth))}
-            for j in range(int(cfg.dist_positions))],
+            for j in range(positions)],
     }
-    runner.out.mkdir(parents=True, exist_ok=True)
-    (runner.out / "distcheck.json").write_text(json.dumps(evidence, indent=1))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "distcheck.json").write_text(json.dumps(evidence, indent=1))
     return pvalue

@@ -26,7 +26,8 @@ import torch
 from bench.clock import Clock
 from bench.loop import generate
 from bench.models import load_tokenizer, resolve_device
-from bench.runner import AR_CFG, Context, build_method, encode
+from bench.prompting import encode
+from bench.runner import AR_CFG, Context, build_method
 from bench.sampling import SamplingParams
 from engines import probe
 from engines.load import load

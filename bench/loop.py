@@ -31,6 +31,9 @@ class TurnResult:
     accept_lengths: list[int] = field(default_factory=list)  # tokens emitted per round
     drafted_per_pos: list[int] = field(default_factory=list)  # rounds that drafted position i
     accepted_per_pos: list[int] = field(default_factory=list)  # rounds that accepted position i
+    round_accepted: list[int] = field(default_factory=list)  # accepted drafts per verify round
+    round_depth: list[int] = field(default_factory=list)  # drafted depth per verify round
+    round_start: list[int] = field(default_factory=list)  # output position at each round's start
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     stop: str = "length"
@@ -53,6 +56,7 @@ def generate(method, prompt_ids: list[int], max_new_tokens: int, sampling: Sampl
     capacity = len(prompt_ids) + max_new_tokens + method.max_verify_width()
     state = DecodeState.start(prompt_ids, capacity, device, sampling, generator,
                               method.target.new_cache(capacity))
+    state.max_new = max_new_tokens
     method.start(state)
     clock.reset()
     res = TurnResult(output_ids=[], n_prompt=len(prompt_ids), times_ns={}, target_forwards=1)
@@ -88,6 +92,9 @@ def generate(method, prompt_ids: list[int], max_new_tokens: int, sampling: Sampl
             state.append(tokens)
             budget -= len(tokens)
         res.target_forwards += 1
+        res.round_start.append(state.length - state.n_prompt - len(tokens))
+        res.round_accepted.append(acc.n_draft_accepted)
+        res.round_depth.append(acc.depth)
         res.accept_lengths.append(len(tokens))
         res.drafted_tokens += acc.drafted
         res.accepted_tokens += acc.n_draft_accepted

@@ -1,6 +1,7 @@
 """Run outputs: records.jsonl (one line per prompt × turn × role × repeat), env.json, config.
 
-Records are appended and flushed prompt by prompt, so nothing measured is lost if a run stops.
+Records are appended prompt by prompt (one write, flushed to disk), so a run that stops keeps
+every finished prompt, and a resumed run (bench.cells) continues after them.
 """
 from __future__ import annotations
 
@@ -16,25 +17,25 @@ import torch
 MB = 1e6
 
 
-def record(runner, prompt, method, role, repeat, turn, prompt_ids, res, peak, verdict) -> dict:
+def record(info: dict, prompt, method_run: str, role: str, repeat: int, turn: int,
+           prompt_ids: list[int], res, peak: int | None, verdict: dict, unit: dict) -> dict:
+    """One line of records.jsonl. info: the run's shared fields (Runner.run_info); unit: the
+    turn's load sample and interference flags (bench.interference)."""
     t = res.times_ns
     new = len(res.output_ids)
     wall = t["wall"] / 1e9
     ttft = t.get("ttft", 0) / 1e9
-    cfg = runner.cfg
     return {
         "task": prompt.task, "category": prompt.category, "subcategory": prompt.subcategory,
         "prompt_id": prompt.id, "turn": turn, "repeat": repeat, "role": role,
-        "method": runner.method.name, "method_run": method.name, "k": runner.k,
-        "temperature": float(cfg.temperature), "top_k": int(cfg.top_k), "top_p": float(cfg.top_p),
-        "device": runner.device.type, "dtype": runner.choice["dtype"],
-        "engine": runner.choice["engine"], "weights": runner.choice["weights"],
-        "model": cfg.model.name,
+        **info, "method_run": method_run,
         "prompt_tokens": res.n_prompt, "new_tokens": new, "stop": res.stop,
         "wall_s": wall, "prefill_s": t["prefill"] / 1e9, "draft_s": t["draft"] / 1e9,
         "verify_s": t["verify"] / 1e9, "other_s": t["other"] / 1e9, "ttft_s": ttft,
         "tpot_s": (wall - ttft) / (new - 1) if new > 1 else None,
         "target_forwards": res.target_forwards, "accept_lengths": res.accept_lengths,
+        "round_accepted": res.round_accepted, "round_depth": res.round_depth,
+        "round_start": res.round_start,
         "drafted_tokens": res.drafted_tokens, "accepted_tokens": res.accepted_tokens,
         "drafted_per_pos": res.drafted_per_pos, "accepted_per_pos": res.accepted_per_pos,
         "extra_mb": res.extra_bytes / MB,
@@ -42,6 +43,7 @@ def record(runner, prompt, method, role, repeat, turn, prompt_ids, res, peak, ve
         "verdict": verdict.get("verdict"), "first_divergence": verdict.get("first_divergence"),
         "logit_gap": verdict.get("logit_gap"), "method_gap": verdict.get("method_gap"),
         "dist_pvalue": verdict.get("dist_pvalue"),
+        **unit,
         "output_ids": res.output_ids,
     }
 
@@ -69,22 +71,30 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def env_info(runner) -> dict:
+def env_info(device, target_spec: str, choice: dict, target, method, cost_curve: dict) -> dict:
+    """env.json: versions, the machine, what ran (engine choice), sizes and the cost curve."""
     import transformers
-    dev = runner.device
     return {
         "python": sys.version.split()[0], "torch": torch.__version__,
         "transformers": transformers.__version__, "platform": platform.platform(),
-        "device": dev.type, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
+        "device": device.type, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
+        "cpu_flags": sorted(cpu_flags_of_interest()),
         "torch_threads": torch.get_num_threads(),
-        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
-        "git_sha": git_sha(), "model": str(runner.cfg.model.target),
-        "dtype": runner.choice["dtype"], "engine_choice": runner.choice,
-        "target_weight_mb": runner.target.weight_bytes() / MB,
-        "method_extra_mb": runner.method.extra_bytes() / MB,
-        "method_info": getattr(runner.method, "info", {}),
-        "cost_curve_ms": {q: round(c * 1e3, 3) for q, c in runner.cost_curve.items()},
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "git_sha": git_sha(), "model": target_spec,
+        "dtype": choice["dtype"], "engine_choice": choice,
+        "target_weight_mb": target.weight_bytes() / MB,
+        "method_extra_mb": method.extra_bytes() / MB,
+        "method_info": getattr(method, "info", {}),
+        "cost_curve_ms": {q: round(c * 1e3, 3) for q, c in cost_curve.items()},
     }
+
+
+def cpu_flags_of_interest() -> set[str]:
+    from engines.load import cpu_flags
+
+    return cpu_flags() & {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni",
+                          "amx_bf16", "amx_int8", "amx_fp16", "avx_vnni"}
 
 
 class RecordWriter:
@@ -94,22 +104,40 @@ class RecordWriter:
         self.path = out / "records.jsonl"
         self.f = open(self.path, "a", encoding="utf-8")
 
-    def write_env(self, runner) -> None:
+    def write_env(self, env: dict, cfg) -> None:
+        """env.json, and config.yaml: the composed config plus what `auto` resolved to."""
         from omegaconf import OmegaConf
-        (self.dir / "env.json").write_text(json.dumps(env_info(runner), indent=2))
-        resolved = {k: runner.choice[k] for k in ("engine", "weights", "dtype", "kernel")}
-        (self.dir / "config.yaml").write_text(OmegaConf.to_yaml(runner.cfg) +
+        (self.dir / "env.json").write_text(json.dumps(env, indent=2))
+        choice = env["engine_choice"]
+        resolved = {k: choice[k] for k in ("engine", "weights", "dtype", "kernel")}
+        (self.dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg) +
                                               "# resolved on this machine (env.json says why)\n" +
                                               OmegaConf.to_yaml({"resolved": resolved}))
 
-    def write(self, row: dict) -> None:
-        self.f.write(json.dumps(row) + "\n")
+    def write_unit(self, rows: list[dict]) -> None:
+        """A prompt's lines in one write, flushed to disk: a killed run keeps whole prompts."""
+        self.f.write("".join(json.dumps(r) + "\n" for r in rows))
         self.f.flush()
+        os.fsync(self.f.fileno())
 
     def close(self) -> None:
         self.f.close()
 
 
+def read_rows(path: Path) -> list[dict]:
+    """records.jsonl's rows; a last line cut by a kill is dropped."""
+    if not Path(path).exists():
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return rows
+
+
 def load(path: Path):
     import pandas as pd
-    return pd.read_json(path, lines=True)
+    return pd.DataFrame(read_rows(path))

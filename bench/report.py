@@ -106,7 +106,9 @@ def group_section(w: Writer, group: str, g: pd.DataFrame, recs: pd.DataFrame) ->
           f"τ, mean accepted tokens per target forward (95% interval over prompts). {caption}.",
           "", tables.leaderboard_markdown(board, "tau"), "",
           f"<sub>data: [leaderboard__{s}.csv](leaderboard__{s}.csv). {note} No interval is "
-          "shown where it collapses to a point (one prompt, or identical prompts).</sub>", "")
+          "shown where it collapses to a point (one prompt, or identical prompts). † the cell "
+          "kept units disturbed by other work on the machine after re-measurement; ‡ disturbed "
+          "units were re-measured and their quiet repeats used.</sub>", "")
 
     t0 = tables.with_labels(tables.lowest_temperature(g))
     temp = t0.temperature.dropna()
@@ -143,6 +145,32 @@ def group_section(w: Writer, group: str, g: pd.DataFrame, recs: pd.DataFrame) ->
               "No per-phase times in this group (imported answer files carry none).",
               charts.time_breakdown, tb, f"time_breakdown__{s}.png", "time breakdown",
               title="Where the wall time goes, per method", subtitle=sub)
+    cm = tables.cost_model(g)
+    if len(cm):
+        w.add("### Cost model", "",
+              "Measured speedup next to the prediction τ_round ÷ ((c(w) + draft time per round) "
+              "÷ c(1)), with c the run's measured cost of a target forward over w tokens "
+              "(w = tokens verified per round). A method far below its prediction loses to "
+              "overheads; a low prediction means its drafter's acceptance, or this machine's "
+              f"verify cost, limits it. {caption}.", "",
+              tables.markdown_table(["method", "τ per round", "predicted", "measured",
+                                     "draft %"],
+                                    [[r.label, tables._num(r.tau_round),
+                                      tables._num(r.predicted_speedup, "{:.2f}×"),
+                                      tables._num(r.speedup, "{:.2f}×"),
+                                      tables._num(100 * r.draft_overhead, "{:.0f}")]
+                                     for r in cm.itertuples()]), "")
+        w.csv(cm, f"cost_model__{s}.csv")
+    sub_df = tables.subcategory_detail(recs)
+    if len(sub_df):
+        w.csv(sub_df, f"subcategories__{s}.csv")
+        w.add("### Detail by sub-category", "",
+              f"Median unit speedup and τ per sub-category (MT-Bench's eight). {caption}.", "",
+              tables.markdown_table(["method", "category", "sub-category", "units", "speedup",
+                                     "τ"],
+                                    [[r.label, r.category, r.subcategory, r.units,
+                                      tables._num(r.speedup, "{:.2f}×"), tables._num(r.tau)]
+                                     for r in sub_df.itertuples()]), "")
     mem = tables.memory_table(g)
     w.section("Memory overhead",
               "No memory measurements in this group (imported answer files carry none).",

@@ -22,8 +22,16 @@ def with_labels(cells: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def task_rows(cells: pd.DataFrame) -> pd.DataFrame:
+    """Rows of whole tasks (category 'all'); older runs have no category column."""
+    if "category" not in cells:
+        return cells
+    return cells[cells.category.fillna("all") == "all"]
+
+
 def overall(cells: pd.DataFrame) -> pd.DataFrame:
     """Per run config, the task='all' row when there is one, else its single task's row."""
+    cells = task_rows(cells)
     if cells.empty:
         return cells
     keys = ["method", "k", "temperature", "run"]
@@ -48,15 +56,32 @@ def lowest_temperature(cells: pd.DataFrame) -> pd.DataFrame:
 
 # --- leaderboard ---
 def leaderboard(cells: pd.DataFrame) -> pd.DataFrame:
-    """Long table: a row per method config × task (overall included): speedup, τ, intervals."""
+    """Long table: a row per method config × task (overall included): speedup, τ, intervals.
+    A question file (one task spanning categories) is reported per category, Spec-Bench's way:
+    its categories are the columns and the task row is the overall."""
     cols = ["label", "method", "k", "temperature", "task", "n_prompts", "speedup",
             "speedup_ci_low", "speedup_ci_high", "tau", "tau_ci_low", "tau_ci_high",
-            "tokens_per_s", "baseline_tokens_per_s", "run"]
+            "tokens_per_s", "baseline_tokens_per_s", "mark", "run"]
     df = with_labels(cells)
-    parts = [df[df.task != "all"]]
+    df["mark"] = [interference_mark(r) for r in df.itertuples()]
+    whole = task_rows(df)
+    if "category" in df and whole.task.nunique() == 1 and (df.category != "all").any():
+        per = df[df.category != "all"].assign(task=lambda d: d.category)
+        parts = [per]
+    else:
+        parts = [whole[whole.task != "all"]]
     o = overall(df).assign(task="overall")
     parts.append(o)
     return config_order(pd.concat(parts, ignore_index=True)[cols])
+
+
+def interference_mark(r) -> str:
+    """† units stayed disturbed after re-measurement; ‡ disturbed units were re-measured."""
+    if (getattr(r, "unclean_units", 0) or 0) > 0:
+        return "†"
+    if (getattr(r, "remeasured", 0) or 0) > 0:
+        return "‡"
+    return ""
 
 
 def _interval(v, lo, hi, unit="", digits=2) -> str:
@@ -81,8 +106,9 @@ def leaderboard_markdown(board: pd.DataFrame, metric: str) -> str:
         for t in tasks:
             if t in g.index:
                 r = g.loc[t]
+                mark = r["mark"] if metric == "speedup" and isinstance(r["mark"], str) else ""
                 cells.append(_interval(r[metric], r[f"{metric}_ci_low"], r[f"{metric}_ci_high"],
-                                       unit))
+                                       unit) + mark)
             else:
                 cells.append("–")
         rows.append(cells)
@@ -124,6 +150,45 @@ def alpha_table(cells: pd.DataFrame) -> pd.DataFrame:
                 rows.append({"label": r.label, "method": r.method, "k": r.k, "position": i,
                              "alpha": float(a)})
     return pd.DataFrame(rows, columns=["label", "method", "k", "position", "alpha"])
+
+
+def cost_model(cells: pd.DataFrame) -> pd.DataFrame:
+    """Overall rows at the lowest temperature: measured speedup next to the cost model's
+    prediction τ_round ÷ ((c(w) + draft time per round) ÷ c(1)), and what limits the method."""
+    df = with_labels(overall(lowest_temperature(cells)))
+    if "predicted_speedup" not in df:
+        return pd.DataFrame(columns=["label", "method", "k", "tau_round", "predicted_speedup",
+                                     "speedup", "draft_overhead", "run"])
+    df = df[df.predicted_speedup.notna() & (df.method != "ar")]
+    return config_order(df)[["label", "method", "k", "temperature", "tau_round",
+                             "predicted_speedup", "speedup", "draft_overhead", "run"]] \
+        .drop(columns="temperature")
+
+
+def subcategory_detail(records: pd.DataFrame) -> pd.DataFrame:
+    """Per method config and sub-category (MT-Bench's eight): median unit speedup and τ, from
+    records, where a category holds several sub-categories."""
+    cols = ["label", "method", "k", "category", "subcategory", "units", "speedup", "tau"]
+    if records.empty or "subcategory" not in records:
+        return pd.DataFrame(columns=cols)
+    rec = records[records.subcategory.fillna("") != ""]
+    if rec.empty or rec.groupby("category").subcategory.nunique().max() < 2:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    unit = ["task", "prompt_id", "turn", "repeat"]
+    for (method, k, cat, sub), g in rec.groupby(["method", "k", "category", "subcategory"],
+                                                dropna=False):
+        m, b = g[g.role == "method"], g[g.role == "baseline"]
+        pairs = m.merge(b, on=unit, suffixes=("_m", "_b"))
+        if pairs.empty:
+            continue
+        ratio = (pairs.new_tokens_m / pairs.wall_s_m) / (pairs.new_tokens_b / pairs.wall_s_b)
+        m0 = m[m.repeat == 0]
+        rows.append({"method": method, "k": k, "category": cat, "subcategory": sub,
+                     "units": int(pairs.groupby(unit[:3]).ngroups),
+                     "speedup": float(ratio.median()),
+                     "tau": float(m0.new_tokens.sum() / m0.target_forwards.sum())})
+    return with_labels(pd.DataFrame(rows))[cols] if rows else pd.DataFrame(columns=cols)
 
 
 # --- time and memory ---

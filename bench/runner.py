@@ -7,7 +7,6 @@ so an interrupted run keeps what it measured. Then the greedy verdicts, summary.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,10 +16,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench import records as rec
 from bench.clock import Clock
+from bench.interference import Band, LoadProbe, Rules, decode_per_token, judge, quiet_pairs
 from bench.errors import UserError
 from bench.loop import generate
 from bench.memory import PeakMemory
 from bench.models import load_generation_config, load_tokenizer, resolve_device
+from bench.prompting import encode, eos_ids, seed_for
 from bench.sampling import SamplingParams
 from bench.verdict import compare
 from engines import probe
@@ -40,6 +41,7 @@ class Context:
     dtype: torch.dtype
     model_cfg: DictConfig
     k_override: int | None = None
+    eos: frozenset = frozenset()  # ids that end a turn
 
     def k(self, method_cfg) -> int | None:
         """The draft length: top-level `k` when given, else the method's own default (which a
@@ -59,28 +61,50 @@ def build_method(method_cfg, ctx: Context):
     return cls(method_cfg, ctx)
 
 
-def encode(tokenizer, messages: list[dict], use_template: bool) -> list[int]:
-    """Prompt ids for a conversation, through the tokenizer's own chat template when it has one."""
-    if use_template and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-    text = "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
-    return tokenizer(text)["input_ids"]
+def context_limit(config) -> int | None:
+    return getattr(config, "max_position_embeddings", None)
 
 
-def eos_ids(tokenizer, config, generation_config=None) -> set[int]:
-    ids = set()
-    for src in (generation_config, config):
-        e = getattr(src, "eos_token_id", None) if src is not None else None
-        ids |= set(e if isinstance(e, list) else [e] if e is not None else [])
-    if tokenizer is not None and tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return ids
+def fit_context(prompts: list[Prompt], tokenizer, max_new, limit: int | None, truncate,
+                use_template: bool) -> tuple[list[Prompt], list[str]]:
+    """Prompts whose whole conversation (every user turn, templated, plus max_new tokens per
+    turn) fits the model's context. Without `truncate` a prompt that does not fit is left out
+    with one line on stderr (and counted as skipped); with truncate=left|right its longest turn
+    is shortened from that side, in tokens, until it fits."""
+    import sys
 
+    if not limit:
+        return prompts, []
+    kept, skipped = [], []
 
-def seed_for(seed: int, prompt_id: str, turn: int) -> int:
-    h = hashlib.sha256(f"{seed}/{prompt_id}/{turn}".encode()).digest()
-    return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
+    def need(p: Prompt) -> int:
+        msgs = [{"role": "user", "content": t} for t in p.turns]
+        return len(encode(tokenizer, msgs, use_template)) + max_new(p) * len(p.turns)
+
+    for p in prompts:
+        n = need(p)
+        if n <= limit:
+            kept.append(p)
+            continue
+        if not truncate:
+            print(f"warning: prompt {p.id} needs {n} positions (its turns and {max_new(p)} new "
+                  f"tokens per turn), more than the model's {limit}; left out (task.truncate="
+                  f"left|right would shorten it)", file=sys.stderr)
+            skipped.append(p.id)
+            continue
+        turns = list(p.turns)
+        while n > limit:
+            i = max(range(len(turns)), key=lambda j: len(turns[j]))
+            ids = tokenizer(turns[i], add_special_tokens=False)["input_ids"]
+            cut = min(len(ids) - 1, n - limit + 8)
+            if cut <= 0:
+                break
+            ids = ids[cut:] if truncate == "left" else ids[: len(ids) - cut]
+            turns[i] = tokenizer.decode(ids)
+            p = Prompt(p.id, p.task, p.category, turns, p.subcategory, p.max_new_tokens, p.meta)
+            n = need(p)
+        (kept if n <= limit else skipped).append(p if n <= limit else p.id)
+    return kept, skipped
 
 
 class Runner:
@@ -91,7 +115,7 @@ class Runner:
             torch.set_num_threads(int(cfg.device.threads))
         self.sampling = SamplingParams(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))
         task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
-        self.prompts = load_prompts(task_cfg, cfg.limit)
+        self.prompts = load_prompts(task_cfg, cfg.limit, cfg.get("limit_per_category"))
         if not self.prompts:
             raise UserError(f"task={cfg.task.name!r} selected no prompts")
         self.target, self.choice = load_engine(
@@ -103,17 +127,30 @@ class Runner:
         if self.tokenizer is None:
             raise UserError(f"model.target={cfg.model.target!r} has no tokenizer")
         self.dtype = self.target.dtype
-        self.ctx = Context(self.target, self.tokenizer, self.device, self.dtype, cfg.model, cfg.k)
-        self.baseline = build_method(AR_CFG, self.ctx)
-        self.method = build_method(cfg.method, self.ctx)
         self.eos = eos_ids(self.tokenizer, self.target.config,
                            load_generation_config(str(cfg.model.target)))
+        self.ctx = Context(self.target, self.tokenizer, self.device, self.dtype, cfg.model, cfg.k,
+                           frozenset(self.eos))
+        self.baseline = build_method(AR_CFG, self.ctx)
+        self.method = build_method(cfg.method, self.ctx)
+        self.prompts, self.skipped = fit_context(self.prompts, self.tokenizer, self.max_new,
+                                                 context_limit(self.target.config),
+                                                 task_cfg.get("truncate"),
+                                                 bool(cfg.model.chat_template))
+        if not self.prompts:
+            raise UserError(f"every prompt of task={cfg.task.name!r} is longer than the model's "
+                            f"context; set task.truncate=left or right")
         self.clock = Clock(self.device)
         self.mem = PeakMemory(self.device)
+        self.load = LoadProbe()
+        self.rules = Rules(float(cfg.disturb_ratio), float(cfg.disturb_others))
+        self.band = Band()
+        self.done: set[tuple[str, str]] = set()  # (task, prompt id) already in records.jsonl
         self.k = self.ctx.k(cfg.method)
 
     # --- one conversation ---
-    def conversation(self, method, prompt: Prompt, max_new: int) -> list[tuple[list[int], object, int | None]]:
+    def conversation(self, method, prompt: Prompt, max_new: int) -> list[tuple]:
+        """Every turn of `prompt` with `method`: [(prompt ids, TurnResult, peak bytes, load)]."""
         messages, turns = [], []
         for t, text in enumerate(prompt.turns):
             messages.append({"role": "user", "content": text})
@@ -123,10 +160,12 @@ class Runner:
                 gen = torch.Generator(device=self.device)
                 gen.manual_seed(seed_for(self.cfg.seed, prompt.id, t))
             self.mem.start()
+            self.load.start()
             res = generate(method, ids, max_new, self.sampling, self.eos, self.clock, gen,
                            self.device)
+            load = self.load.stop()
             peak = self.mem.peak_delta()
-            turns.append((ids, res, peak))
+            turns.append((ids, res, peak, load))
             answer = self.tokenizer.decode(res.output_ids, skip_special_tokens=True)
             messages.append({"role": "assistant", "content": answer})
         return turns
@@ -162,35 +201,100 @@ class Runner:
         writer = rec.RecordWriter(self.out)
         self.warmup()
         self.cost_curve = probe.curve(self.target)  # c(q): step time vs verify width, untimed
-        writer.write_env(self)
+        writer.write_env(rec.env_info(self.device, str(cfg.model.target), self.choice,
+                                      self.target, self.method, self.cost_curve), cfg)
         if cfg.check == "distribution":  # T > 0: does the method sample the baseline's law?
             from bench import distcheck
-            self.dist_pvalue = distcheck.run(self)
+
+            p = self.prompts[0]
+            ids = encode(self.tokenizer, [{"role": "user", "content": p.turns[0]}],
+                         bool(cfg.model.chat_template))
+            self.dist_pvalue = distcheck.run(
+                self.baseline, self.method, ids, p.id, self.out, samples=int(cfg.dist_samples),
+                positions=int(cfg.dist_positions), seed=int(cfg.seed), sampling=self.sampling,
+                eos=self.eos, clock=self.clock, device=self.device)
         task_id = progress.add_task(f"{cfg.method.name} k={self.k}", total=len(self.prompts)) \
             if progress else None
-        for i, prompt in enumerate(self.prompts):
-            runs = {"baseline": [], "method": []}
-            for r in range(int(cfg.repeats)):
-                order = [("baseline", self.baseline), ("method", self.method)]
-                for role, m in (order if r % 2 == 0 else order[::-1]):
-                    runs[role].append(self.conversation(m, prompt, self.max_new(prompt)))
-                    self.check_no_recompile(f"prompt {prompt.id} ({role})")
-            verdicts = self.verdicts(runs)
-            for role in ("baseline", "method"):
-                m = self.baseline if role == "baseline" else self.method
-                for r, conv in enumerate(runs[role]):
-                    for t, (ids, res, peak) in enumerate(conv):
-                        v = verdicts[t] if role == "method" else {}
-                        writer.write(rec.record(self, prompt, m, role, r, t, ids, res, peak, v))
-            if progress:
-                progress.advance(task_id)
-        writer.close()
+        try:
+            for prompt in self.prompts:
+                if (prompt.task, prompt.id) not in self.done:
+                    runs = self.measure(prompt)
+                    writer.write_unit(list(self.unit_records(prompt, runs,
+                                                             self.verdicts(runs))))
+                    self.done.add((prompt.task, prompt.id))
+                if progress:
+                    progress.advance(task_id)
+        finally:
+            writer.close()
         return writer.path
+
+    def pair(self, prompt: Prompt, runs: dict, r: int) -> None:
+        """One interleaved pair of conversations; the side going first alternates with r."""
+        order = [("baseline", self.baseline), ("method", self.method)]
+        for role, m in (order if r % 2 == 0 else order[::-1]):
+            runs[role].append(self.conversation(m, prompt, self.max_new(prompt)))
+            self.check_no_recompile(f"prompt {prompt.id} ({role})")
+
+    def measure(self, prompt: Prompt) -> dict:
+        """`repeats` pairs, then up to `remeasure` more pairs while a turn lacks enough quiet
+        pairs (bench.interference). → {role: [conversation per repeat], "judged": per turn}."""
+        runs = {"baseline": [], "method": []}
+        for r in range(int(self.cfg.repeats)):
+            self.pair(prompt, runs, r)
+        units = self.judge(runs)
+        first = [u["disturbed"] for u in units]
+        extra = 0
+        while any(not u["clean"] for u in units) and extra < int(self.cfg.remeasure):
+            self.pair(prompt, runs, len(runs["baseline"]))
+            extra += 1
+            units = self.judge(runs)
+        for u, was in zip(units, first):
+            u.update(disturbed=was, remeasured=extra)
+            for role in ("baseline", "method"):
+                for (res, _), ok in zip(u["reps"][role], u["quiet"][role]):
+                    if ok:
+                        self.band.add(role, decode_per_token(res))
+        runs["judged"] = units
+        return runs
+
+    def judge(self, runs: dict) -> list[dict]:
+        """Per turn: disturbed?, quiet repeats per side, clean (enough quiet pairs)."""
+        out = []
+        need = min(2, int(self.cfg.repeats))
+        for t in range(len(runs["baseline"][0])):
+            reps = {role: [(conv[t][1], conv[t][3]) for conv in runs[role]]
+                    for role in ("baseline", "method")}
+            disturbed, quiet = judge(reps, self.rules, self.band)
+            out.append({"disturbed": disturbed, "quiet": quiet, "reps": reps,
+                        "clean": len(quiet_pairs(quiet)) >= need})
+        return out
+
+    def unit_records(self, prompt: Prompt, runs: dict, verdicts: list[dict]):
+        info = self.run_info()
+        for role in ("baseline", "method"):
+            m = self.baseline if role == "baseline" else self.method
+            for r, conv in enumerate(runs[role]):
+                for t, (ids, res, peak, load) in enumerate(conv):
+                    u = runs["judged"][t]
+                    v = verdicts[t] if role == "method" else {}
+                    unit = {"quiet": u["quiet"][role][r], "unit_disturbed": u["disturbed"],
+                            "unit_clean": u["clean"], "remeasured": u["remeasured"],
+                            "extra_round": r >= int(self.cfg.repeats), **load}
+                    yield rec.record(info, prompt, m.name, role, r, t, ids, res, peak, v, unit)
+
+    def run_info(self) -> dict:
+        """The fields every record of this run shares."""
+        cfg = self.cfg
+        return {"method": self.method.name, "k": self.k, "temperature": float(cfg.temperature),
+                "top_k": int(cfg.top_k), "top_p": float(cfg.top_p), "device": self.device.type,
+                "dtype": self.choice["dtype"], "engine": self.choice["engine"],
+                "weights": self.choice["weights"], "model": str(cfg.model.name)}
 
     def verdicts(self, runs) -> list[dict]:
         """Greedy: compare the method's repeat-0 turns with the baseline's."""
         out = []
-        for (b_ids, b_res, _), (m_ids, m_res, _) in zip(runs["baseline"][0], runs["method"][0]):
+        for (b_ids, b_res, *_), (m_ids, m_res, *_) in zip(runs["baseline"][0],
+                                                          runs["method"][0]):
             if not self.sampling.greedy:
                 out.append({"verdict": None, "dist_pvalue": getattr(self, "dist_pvalue", None)})
                 continue
@@ -204,15 +308,51 @@ class Runner:
 
 
 def execute(cfg: DictConfig, out: Path, progress=None):
-    """Validate, run, write summary.csv and answers/; returns (summary, records path, runner)."""
+    """Validate, run (or resume, bench.cells), write summary.csv and answers/; returns
+    (summary, records path, runner). An interrupted run (Ctrl-C) still summarises the prompts
+    it finished, marked partial, and says how to resume; runner is None for a skipped cell."""
+    import sys
+
+    import pandas as pd
+
+    from bench import cells
     from bench.answers import write_answers
     from bench.config import validate
     from bench.metrics import summarize
 
     validate(cfg)
+    h, state = cells.cell_hash(cfg), cells.read(out)
+    if state and state["hash"] != h:
+        raise UserError(f"out={str(out)!r} holds the results of another configuration (cell "
+                        f"{state['hash']}, this one is {h}); choose another out= or remove it")
+    resume = bool(cfg.get("resume", True))
+    if state and resume and state["status"] == "complete" and (out / "summary.csv").exists():
+        print(f"complete, skipped: {out}", file=sys.stderr)
+        return pd.read_csv(out / "summary.csv"), out / "records.jsonl", None
+    if state and not resume:
+        raise UserError(f"out={str(out)!r} already holds this cell's results; resume=true "
+                        f"continues it, or choose another out=")
     runner = Runner(cfg, out)
-    path = runner.run(progress)
-    summary = summarize(rec.load(path))
+    runner.done = cells.finished(out) if state else set()
+    total = len(runner.prompts)
+    cells.write(out, h, "running", len(runner.done), total)
+    status = "complete"
+    try:
+        path = runner.run(progress)
+    except KeyboardInterrupt:
+        status, path = "partial", out / "records.jsonl"
+    finished = len(runner.done)
+    if not finished:
+        cells.write(out, h, "partial", 0, total)
+        raise KeyboardInterrupt
+    summary = summarize(rec.load(path), getattr(runner, "cost_curve", None),
+                        len(runner.skipped))
+    summary["partial"] = status == "partial"
     summary.to_csv(out / "summary.csv", index=False)
     write_answers(out, path, runner.tokenizer, str(cfg.model.name))  # Spec-Bench's answer format
+    cells.write(out, h, status, finished, total)
+    if status == "partial":
+        print(f"interrupted: {finished} of {total} prompts measured; summary.csv is marked "
+              f"partial. Run the same command (with out={out}) to resume.", file=sys.stderr)
+    runner.status = status
     return summary, path, runner

@@ -8,8 +8,8 @@ Hydra sweep under results/<time>_sweep/<n>_<method>/). `load_runs` returns two D
              source, run, settings; and τ's 95% interval (bootstrap over prompt × turn units)
     records  records.jsonl of every run (output ids dropped) with the same identity columns
 
-`group` names the (model, device, engine · weights · dtype[, source]) a number was measured on: the report never
-puts numbers from two groups into one table or bar without saying so. When several runs measured
+`group` names the (model, device, engine · weights · dtype[, source]) a number was measured on:
+the report never puts numbers from two groups into one table or bar without saying so. When several runs measured
 the same cell (group, method, k, temperature, task), the newest run wins.
 """
 from __future__ import annotations
@@ -28,10 +28,11 @@ from bench.metrics import bootstrap_ratio
 CONF_METHOD = Path(__file__).resolve().parent.parent / "conf" / "method"
 CELL = ["group", "method", "k", "temperature", "task"]
 IDENTITY = ["group", "source", "model", "device", "device_name", "dtype", "run", "settings"]
-RECORD_COLS = ["task", "prompt_id", "turn", "repeat", "role", "method", "method_run", "k",
-               "temperature", "new_tokens", "target_forwards", "wall_s", "prefill_s", "draft_s",
-               "verify_s", "other_s", "verdict", "first_divergence", "logit_gap", "method_gap",
-               "dist_pvalue"]
+RECORD_COLS = ["task", "category", "subcategory", "prompt_id", "turn", "repeat", "role",
+               "method", "method_run", "k", "temperature", "new_tokens", "target_forwards",
+               "wall_s", "prefill_s", "draft_s", "verify_s", "other_s", "verdict",
+               "first_divergence", "logit_gap", "method_gap", "dist_pvalue", "quiet",
+               "others_cpu"]
 
 
 def k_agnostic_methods() -> set[str]:

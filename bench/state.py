@@ -21,6 +21,7 @@ class DecodeState:
     cache: object  # the target engine's KV cache (engines.cache: length, crop, keep)
     sampling: SamplingParams
     generator: torch.Generator | None
+    max_new: int = 0  # the turn's token budget (the loop enforces it)
     aux: dict = field(default_factory=dict)
 
     @property

@@ -1,4 +1,9 @@
-"""The human-readable summary: a rich table over summary.csv rows."""
+"""The human-readable summary: a rich table over summary.csv rows.
+
+A speedup marked † comes from a cell with units that stayed disturbed after re-measurement
+(unclean_units > 0: read it with care); ‡ marks cells where disturbed units were re-measured
+and cleaned. The footer says how many of each.
+"""
 from __future__ import annotations
 
 import math
@@ -14,20 +19,38 @@ def _f(v, fmt="{:.2f}") -> str:
     return fmt.format(v)
 
 
+def mark(r) -> str:
+    if (getattr(r, "unclean_units", 0) or 0) > 0:
+        return "†"
+    if (getattr(r, "remeasured", 0) or 0) > 0:
+        return "‡"
+    return ""
+
+
 def print_summary(summary: pd.DataFrame, title: str, console: Console | None = None) -> None:
     console = console or Console()
     t = Table(title=title, title_justify="left")
-    for col in ("task", "method", "k", "T", "prompts", "tok/s", "base tok/s", "speedup",
-                "95% CI", "τ", "α", "draft %", "mem MB", "TTFT ms", "TPOT ms", "exact",
-                "dist p"):
-        t.add_column(col, justify="left" if col in ("task", "method") else "right")
+    for col in ("task", "category", "method", "k", "T", "prompts", "tok/s", "base tok/s",
+                "speedup", "95% CI", "τ", "τ/round", "α", "pred.", "draft %", "mem MB",
+                "TTFT ms", "TPOT ms", "exact", "dist p"):
+        t.add_column(col, justify="left" if col in ("task", "category", "method") else "right")
     for r in summary.itertuples():
-        t.add_row(str(r.task), str(r.method), str(r.k), _f(r.temperature, "{:g}"),
-                  str(r.n_prompts), _f(r.tokens_per_s, "{:.1f}"),
-                  _f(r.baseline_tokens_per_s, "{:.1f}"), _f(r.speedup, "{:.2f}×"),
+        t.add_row(str(r.task), "" if r.category == "all" else str(r.category), str(r.method),
+                  str(r.k), _f(r.temperature, "{:g}"), str(r.n_prompts),
+                  _f(r.tokens_per_s, "{:.1f}"), _f(r.baseline_tokens_per_s, "{:.1f}"),
+                  _f(r.speedup, "{:.2f}×") + mark(r),
                   f"{_f(r.speedup_ci_low)}–{_f(r.speedup_ci_high)}", _f(r.tau),
-                  _f(r.acceptance_rate), _f(r.draft_overhead * 100, "{:.0f}"),
-                  _f(r.memory_overhead_mb, "{:.1f}"), _f(r.ttft_ms, "{:.0f}"),
-                  _f(r.tpot_ms, "{:.1f}"), _f(r.exact_match, "{:.2f}"),
+                  _f(r.tau_round), _f(r.acceptance_rate), _f(r.predicted_speedup, "{:.2f}×"),
+                  _f(r.draft_overhead * 100, "{:.0f}"), _f(r.memory_overhead_mb, "{:.1f}"),
+                  _f(r.ttft_ms, "{:.0f}"), _f(r.tpot_ms, "{:.1f}"), _f(r.exact_match, "{:.2f}"),
                   _f(r.dist_pvalue, "{:.3g}"))
     console.print(t)
+    rows = summary[summary.category == "all"] if "category" in summary else summary
+    dist = int(rows.disturbed_units.fillna(0).max()) if "disturbed_units" in rows and len(rows) \
+        else 0
+    unclean = int(rows.unclean_units.fillna(0).max()) if "unclean_units" in rows and len(rows) \
+        else 0
+    if dist or unclean:
+        console.print(f"interference: {dist} unit(s) disturbed by other work on the machine, "
+                      f"re-measured; {unclean} still disturbed (†: read that speedup with care; "
+                      f"‡: cleaned by re-measurement). records.jsonl has the load samples.")

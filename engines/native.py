@@ -4,7 +4,7 @@ products and the per-row layer ops of the lean forward (norm, rotary, attention,
     mod, why = native.kernels()      # the compiled module, or None and the reason
 
 The source is compiled once per machine kind by torch's C++ extension loader (a minute on two
-cores) into $SPECSWEEP_CACHE/kernels and reused afterwards. With AVX2 and FMA it is built
+cores) into $SPECSWEEP_KERNELS (default ~/.cache/specsweep-kernels) and reused afterwards. With AVX2 and FMA it is built
 vectorized; otherwise as portable C++. Where no compiler is available the engine falls back to
 torch's own int4/int8 kernels, and says so in `describe()`.
 """
@@ -36,9 +36,9 @@ def kernels():
     try:
         from torch.utils.cpp_extension import load
 
-        from bench.models import cache_root
-
-        build = cache_root() / "kernels" / kind
+        # its own folder, not under $SPECSWEEP_CACHE (tests point that at temporary folders)
+        build = Path(os.environ.get("SPECSWEEP_KERNELS",
+                                    Path.home() / ".cache" / "specsweep-kernels")) / kind
         build.mkdir(parents=True, exist_ok=True)
         mod = load(name=f"specsweep_cpu_{kind}", sources=[str(SOURCE)],
                    extra_cflags=cflags, extra_ldflags=["-fopenmp"],

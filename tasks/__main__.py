@@ -25,7 +25,7 @@ def load_tokenizer(name: str):
 
 def stats(prompts, tokenizer=None) -> list[dict]:
     """One row per task: counts and mean lengths."""
-    from bench.runner import encode
+    from bench.prompting import encode
 
     rows = []
     for task in dict.fromkeys(p.task for p in prompts):

@@ -117,16 +117,27 @@ def _task_cfg(name: str) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
-def load_prompts(cfg: dict, limit: int | None = None) -> list[Prompt]:
-    """Prompts for a task config (a group config expands its `include` list), `limit` per task."""
+def load_prompts(cfg: dict, limit: int | None = None,
+                 per_category: int | None = None) -> list[Prompt]:
+    """Prompts for a task config (a group config expands its `include` list): the first `limit`
+    per task, and/or the first `per_category` of each category (Spec-Bench's question file
+    starts with 80 MT-Bench questions: `limit` alone would take only those)."""
     if cfg.get("include"):
         prompts = []
         for sub in cfg["include"]:
-            prompts += load_prompts(_task_cfg(sub), limit)
+            prompts += load_prompts(_task_cfg(sub), limit, per_category)
         return prompts
     name, source = cfg["name"], cfg.get("source", "builtin")
     if source not in SOURCES:
         raise UserError(f"task.source={source!r} is not valid; choose one of: "
                         f"{', '.join(SOURCES)}")
     prompts = SOURCES[source](cfg, name)
+    if per_category:
+        seen: dict[str, int] = {}
+        kept = []
+        for p in prompts:
+            if seen.get(p.category, 0) < per_category:
+                seen[p.category] = seen.get(p.category, 0) + 1
+                kept.append(p)
+        prompts = kept
     return prompts[:limit] if limit else prompts

@@ -96,7 +96,7 @@ def test_specbench_questions_round_trip_through_a_run(tiny_target_dir, tmp_path)
     out = tmp_path / "run"
     p = bench("method=ngram", "model=hf", f"model.target={tiny_target_dir}",
               "model.dtype=float32", "device=cpu", "task=jsonl", f"task.path={q}",
-              "max_new_tokens=6", "repeats=1", "warmup=0", f"out={out}")
+              "max_new_tokens=6", "repeats=1", "warmup=0", "remeasure=0", f"out={out}")
     assert p.returncode == 0, p.stderr
     tok = AutoTokenizer.from_pretrained(tiny_target_dir)
     records = [json.loads(line) for line in open(out / "records.jsonl")]

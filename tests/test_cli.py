@@ -23,7 +23,7 @@ def bench(*args, cwd=ROOT):
 def tiny_args(target, out, *extra):
     return ["model=hf", f"model.target={target}", "model.dtype=float32", "device=cpu",
             "task=code", "limit=2", "max_new_tokens=12", "repeats=2", "warmup=1",
-            f"out={out}", *extra]
+            "remeasure=0", f"out={out}", *extra]
 
 
 def test_run_writes_every_output(tiny_target_dir, tmp_path):

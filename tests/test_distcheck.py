@@ -27,6 +27,7 @@ from test_lossless_greedy import make_ctx, method, prompts
 def tiny_run(target, out, *extra):
     return ["model=hf", f"model.target={target}", "model.dtype=float32", "device=cpu",
             "task=code", "limit=1", "max_new_tokens=8", "repeats=1", "warmup=0",
+            "remeasure=0",
             "temperature=1", "top_k=8", "check=distribution", "dist_samples=200",
             "dist_positions=3", f"out={out}", *extra]
 

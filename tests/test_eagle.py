@@ -17,6 +17,7 @@ from engines.load import wrap
 from methods.eagle import HeadCache
 from test_distcheck import tiny_run
 from test_lossless_greedy import make_ctx, prompts, run
+from test_train import TINY_DISTILL
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -222,12 +223,10 @@ def test_training_learns_and_the_head_is_exact(kind, tiny_target_dir, tmp_path, 
     from bench.train import distill, loop
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "cache"))
     tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
-    f = tmp_path / "prompts.jsonl"
     words = "write a short poem about the sea and explain the answer step by step".split()
-    f.write_text("".join(json.dumps({"question_id": f"t{i}", "category": "general",
-                                     "turns": [" ".join(words[i % 5: i % 5 + 6])]}) + "\n"
-                         for i in range(10)))
-    data = distill.build(str(tiny_target_dir), f, 20, [0, 1, -1], batch=5)
+    rows = [{"question_id": f"t{i}", "category": "general",
+             "turns": [" ".join(words[i % 5: i % 5 + 6])]} for i in range(10)]
+    data = distill.build(str(tiny_target_dir), rows, 20, [0, 1, -1], TINY_DISTILL, batch=5)
     spec = EagleSpec(data, tgt, kind, steps=2 if kind == "eagle3" else 1, eval_steps=2,
                      vocab_size=48, batch_size=4, holdout=0.3, base="tiny", layers=None
                      if kind == "eagle" else [0, 1, 1])

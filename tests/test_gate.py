@@ -108,6 +108,7 @@ def experiment(tiny_target_dir, tmp_path):
     path.write_text(yaml.safe_dump({
         "overrides": ["model=hf", f"model.target={tiny_target_dir}", "model.dtype=float32",
                       "device=cpu", "task=code", "limit=2", "max_new_tokens=16", "repeats=2",
+                      "remeasure=0",
                       "warmup=0", "temperature=0", "device.threads=1"],
         "methods": ["ar", "ngram", "draft"],  # draft: skipped, no drafter configured
         "method_overrides": {"ngram": ["method.max_n=3"]},

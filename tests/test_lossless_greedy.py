@@ -27,7 +27,8 @@ def method(name, ctx, **kw):
     cfg = {"ar": {"_target_": "methods.ar.AR", "name": "ar", "k": 0},
            "ngram": {"_target_": "methods.ngram.NGram", "name": "ngram", "k": 4, "min_n": 1,
                      "max_n": 3},
-           "draft": {"_target_": "methods.draft.Draft", "name": "draft", "k": 4, "model": None}}
+           "draft": {"_target_": "methods.draft.Draft", "name": "draft", "k": 4, "model": None},
+           "oracle": {"_target_": "methods.oracle.Oracle", "name": "oracle", "k": 4}}
     node = dict(cfg[name], **kw)
     return build_method(OmegaConf.create(node), ctx)
 

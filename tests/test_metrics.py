@@ -41,8 +41,10 @@ def test_summary_arithmetic():
     assert r.n_prompts == 2 and r.new_tokens == 60
     assert r.tokens_per_s == pytest.approx(60 / 2.0)
     assert r.baseline_tokens_per_s == pytest.approx(60 / (2.1 + 3.9))  # medians of repeats
-    assert r.speedup == pytest.approx(30 / 10)
-    assert r.speedup_ci_low <= r.speedup <= r.speedup_ci_high
+    # per unit the median pair ratio (p1: 2.0, 2.2 → 2.1; p2: 4.0, 3.8 → 3.9), then the median
+    assert r.speedup == pytest.approx(3.0)
+    assert r.speedup_ci_low == pytest.approx(2.1) and r.speedup_ci_high == pytest.approx(3.9)
+    assert r.speedup_totals == pytest.approx(30 / 10)  # Σ tokens ÷ Σ median times
     assert r.tau == pytest.approx(60 / 28)
     assert r.acceptance_rate == pytest.approx(32 / 56)
     assert json.loads(r.alpha_per_pos) == pytest.approx([19 / 28, 13 / 28], abs=1e-4)
@@ -71,3 +73,74 @@ def test_bootstrap_interval_brackets_ratio_and_shrinks():
     assert lo < 2.0 < hi and hi - lo < 0.05
     lo2, hi2 = bootstrap_ratio(new[:10], wall_m[:10], new[:10], wall_b[:10])
     assert hi2 - lo2 > hi - lo
+
+
+def round_records(rounds: dict[str, list[int]], depth: int = 4) -> pd.DataFrame:
+    """One method and one baseline record per prompt; rounds: accepted drafts per round."""
+    rows = []
+    for pid, acc in rounds.items():
+        new = 1 + sum(a + 1 for a in acc)
+        starts = [1 + sum(a + 1 for a in acc[:i]) for i in range(len(acc))]
+        for role in ("baseline", "method"):
+            r = rec(role, pid, 0, new, 1.0, 1 + len(acc) if role == "method" else new,
+                    drafted=depth * len(acc), accepted=sum(acc),
+                    dpp=[len(acc)] * depth, app=[sum(a > i for a in acc) for i in range(depth)])
+            r.update(round_accepted=acc if role == "method" else [],
+                     round_depth=[depth] * len(acc) if role == "method" else [],
+                     round_start=starts if role == "method" else [])
+            rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def test_drafting_metrics_and_their_identities():
+    rounds = {"p1": [4, 0, 2, 1], "p2": [3, 3, 0]}
+    r = summarize(round_records(rounds)).iloc[0]
+    acc = [a for v in rounds.values() for a in v]
+    assert r.accepted_per_round == pytest.approx(sum(acc) / len(acc))
+    assert r.tau_round == pytest.approx(1 + sum(acc) / len(acc))
+    marginal = json.loads(r.alpha_marginal)
+    assert marginal == pytest.approx([sum(a >= i for a in acc) / len(acc) for i in (1, 2, 3, 4)],
+                                     abs=1e-4)
+    assert 1 + sum(marginal) == pytest.approx(r.tau_round, abs=1e-3)  # the identity
+    assert json.loads(r.accept_hist) == [2, 1, 1, 2, 1]
+    assert json.loads(r.accept_by_depth) == {"4": pytest.approx(13 / 7, abs=1e-4)}
+    # τ of the whole turn counts the prefill forward: new tokens ÷ (1 + rounds)
+    assert r.tau == pytest.approx((12 + 10) / (5 + 4))
+    assert r.tau_request == pytest.approx((12 / 5 + 10 / 4) / 2)
+    by_pos = json.loads(r.accept_by_position)
+    assert by_pos == {"0-31": pytest.approx(13 / 7, abs=1e-4)}
+
+
+def test_predicted_speedup_is_the_cost_model():
+    from bench.acceptance import interpolate, predicted_speedup
+
+    costs = {1: 1.0, 2: 1.1, 4: 1.2, 8: 1.6}
+    assert interpolate(costs, 3) == pytest.approx(1.15)
+    assert interpolate(costs, 16) == pytest.approx(3.2)  # beyond the curve: proportional
+    # τ_round 3 with a 5-token verify (1.3) and 0.2 of a step of drafting per round
+    assert predicted_speedup(3.0, 5, 0.2, costs) == pytest.approx(3.0 / 1.5)
+
+
+def test_category_rows_for_a_task_spanning_categories():
+    df = records()
+    df["category"] = ["translation" if p == "p1" else "qa" for p in df.prompt_id]
+    s = summarize(df)
+    assert list(zip(s.task, s.category)) == [("code", "all"), ("code", "qa"),
+                                             ("code", "translation")]
+    assert s.set_index("category").loc["qa", "n_prompts"] == 1
+
+
+def test_quiet_pairs_replace_disturbed_ones():
+    df = records()
+    df["quiet"] = True
+    df["unit_disturbed"] = False
+    df["unit_clean"] = True
+    df["remeasured"] = 0
+    slow = (df.role == "baseline") & (df.prompt_id == "p1") & (df.repeat == 1)
+    df.loc[slow, "wall_s"] = 20.0  # a disturbed baseline repeat: ratio 20 if it were used
+    df.loc[slow, "quiet"] = False
+    df.loc[df.prompt_id == "p1", "unit_disturbed"] = True
+    df.loc[df.prompt_id == "p1", "remeasured"] = 1
+    r = summarize(df).iloc[0]
+    assert r.speedup == pytest.approx((2.0 + 3.9) / 2)  # p1 keeps only its quiet pair (2.0)
+    assert r.disturbed_units == 1 and r.remeasured == 1 and r.unclean_units == 0

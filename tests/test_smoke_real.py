@@ -17,6 +17,7 @@ pytestmark = pytest.mark.slow
 def test_ngram_on_embedded_smollm2(tmp_path):
     out = tmp_path / "run"
     p = bench("method=ngram", "task=code", "limit=1", "max_new_tokens=24", "repeats=1",
+              "remeasure=0",
               "model.dtype=float32", "device=cpu", f"out={out}")
     assert p.returncode == 0, p.stderr[-2000:]
     s = pd.read_csv(out / "summary.csv")

@@ -13,17 +13,21 @@ from drafters import medusa as heads_io
 from test_lossless_greedy import make_ctx, prompts, run
 
 
+TINY_DISTILL = {"engine": "lean", "weights": "float32", "dtype": "float32", "kernel": "aten",
+                "device": "cpu", "seed": 0}
+
+
 @pytest.fixture()
 def data(tiny_target_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "cache"))
-    f = tmp_path / "prompts.jsonl"
     words = "write a short poem about the sea and explain the answer step by step".split()
     rows = [{"question_id": f"t{i}", "category": "general",
              "turns": [" ".join(words[i % 5: i % 5 + 6])]} for i in range(12)]
-    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    d = distill.build(str(tiny_target_dir), f, 24, [1, -1], batch=4)
+    d = distill.build(str(tiny_target_dir), rows, 24, [1, -1], TINY_DISTILL, batch=4)
     assert len(d) == 12 and all(x["hidden"][-1].shape[0] == len(x["ids"]) for x in d)
-    again = distill.build(str(tiny_target_dir), f, 24, [1, -1], batch=4)  # from the cache
+    assert {x["temperature"] for x in d} == {0.0, 1.0}  # greedy and sampled answers
+    again = distill.build(str(tiny_target_dir), rows, 24, [1, -1], TINY_DISTILL,
+                          batch=4)  # from the cache
     assert torch.equal(again[0]["ids"], d[0]["ids"])
     return d
 
@@ -85,3 +89,58 @@ def test_distilled_draft_trains_saves_and_is_exact(data, tiny_target_dir, tmp_pa
                                         "k": 3, "model": str(out)}), ctx)
     for p in prompts(4):
         assert run(dr, p).output_ids == run(ar, p).output_ids
+
+
+def _medusa(data, target, seed):
+    torch.manual_seed(seed)
+    return specs.MedusaSpec(data, target, num_heads=2, num_layers=1, batch_size=16,
+                            holdout=0.25, base="tiny")
+
+
+def test_training_is_reproducible_and_a_resumed_run_equals_an_uninterrupted_one(
+        data, tiny_target_dir, tmp_path):
+    from bench.models import load_model
+    target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    kw = dict(steps=12, lr=1e-2, warmup=2, ckpt_every=4, eval_every=4, seed=3)
+    a, b = _medusa(data, target, 0), _medusa(data, target, 0)
+    loop.train(a, tmp_path / "a", **kw)
+    loop.train(b, tmp_path / "b", **kw)
+    for (k, x), y in zip(a.module.state_dict().items(), b.module.state_dict().values()):
+        assert torch.equal(x, y), k  # same seed, same weights, bitwise
+    # the same run interrupted after step 6 (its last checkpoint is step 4), then resumed
+    c = _medusa(data, target, 0)
+    real, calls = c.step_loss, []
+
+    def dies_at_step_7(batch):
+        calls.append(1)
+        if len(calls) == 7:
+            raise KeyboardInterrupt
+        return real(batch)
+    c.step_loss = dies_at_step_7
+    with pytest.raises(KeyboardInterrupt):
+        loop.train(c, tmp_path / "c", **kw)
+    c.step_loss = real
+    resumed = _medusa(data, target, 0)
+    loop.train(resumed, tmp_path / "c", **kw)
+    for (k, x), y in zip(a.module.state_dict().items(), resumed.module.state_dict().values()):
+        assert torch.equal(x, y), k
+    other = _medusa(data, target, 0)  # another seed for the batch order: other weights
+    loop.train(other, tmp_path / "d", **dict(kw, seed=4))
+    assert not all(torch.equal(x, y) for x, y in zip(a.module.state_dict().values(),
+                                                      other.module.state_dict().values()))
+
+
+def test_early_stopping_keeps_the_best_held_out_weights(data, tiny_target_dir, tmp_path):
+    from bench.models import load_model
+    target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    spec = _medusa(data, target, 0)
+    # a learning rate this high makes the held-out loss worse after the first evaluation
+    result = loop.train(spec, tmp_path / "w", steps=60, lr=5.0, warmup=1, ckpt_every=10,
+                        eval_every=2, patience=2)
+    log = [json.loads(x) for x in (tmp_path / "w" / "train_log.jsonl").read_text().splitlines()]
+    evals = [loop.held_out_loss(r["eval"]) for r in log if "eval" in r]
+    assert result["stopped_early_at"] is not None and result["steps"] < 60
+    assert result["best_held_out_loss"] == pytest.approx(min(evals))
+    again = loop.evaluate(spec, max_batches=20)  # the restored weights are the best ones
+    assert loop.held_out_loss(again) == pytest.approx(min(evals), rel=1e-5)
+    assert len(result["train_minus_held_out_top1"]) == 2

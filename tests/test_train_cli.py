@@ -32,7 +32,7 @@ def test_train_command_writes_the_published_layout(drafter, tiny_target_dir, pro
                                                    tmp_path):
     out = tmp_path / "out"
     r = train([f"drafter={drafter}", f"target={tiny_target_dir}", f"prompts={prompt_file}",
-               "max_new_tokens=12", "layers=[0,1,-1]", "batch=4", "drafter.steps=4",
+               "max_new_tokens=12", "layers=[0,1,-1]", "distill.batch=4", "drafter.steps=4",
                "drafter.eval_every=2", "drafter.ckpt_every=2", f"out={out}"]
               + (["drafter.layers=[0,1,1]", "drafter.vocab_size=40"] if drafter == "eagle3"
                  else ["drafter.num_heads=2"]), tmp_path)

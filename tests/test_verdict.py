@@ -33,6 +33,7 @@ def test_turns_after_a_divergence_are_labelled(tiny_target_dir, tmp_path, monkey
     monkeypatch.setattr(NGram, "accept", wrong_first_token)
     args = ["method=ngram", "model=hf", f"model.target={tiny_target_dir}", "model.dtype=float32",
             "device=cpu", "task=dialog", "limit=1", "max_new_tokens=6", "repeats=1", "warmup=0",
+            "remeasure=0",
             f"out={tmp_path}"]
     summary, path, _ = execute(compose(args), tmp_path)
     recs = [json.loads(x) for x in open(path)]

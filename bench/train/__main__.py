@@ -34,7 +34,8 @@ def needed_layers(cfg) -> list[int]:
         from bench.models import resolve_path
 
         n = AutoConfig.from_pretrained(resolve_path(str(cfg.target))).num_hidden_layers
-        return list(cfg.drafter.get("layers") or default_layers("eagle3", n))
+        layers = list(cfg.drafter.get("layers") or default_layers("eagle3", n))
+        return layers + ([-1] if cfg.drafter.get("soft") else [])
     return [-1]
 
 
@@ -62,6 +63,7 @@ def run(cfg: DictConfig) -> None:
         t_data = time.time() - t0
         target, _ = load_model(cfg.target, torch.device("cpu"), getattr(torch, cfg.dtype))
         d = cfg.drafter
+        torch.manual_seed(int(cfg.seed))  # the drafter's initial weights come from this seed
         if name == "medusa":
             spec = specs.MedusaSpec(data, target, int(d.num_heads), int(d.num_layers),
                                     int(d.batch_size), float(cfg.holdout), str(cfg.target))
@@ -72,10 +74,11 @@ def run(cfg: DictConfig) -> None:
             from bench.train.eagle_spec import EagleSpec
             spec = EagleSpec(data, target, name, int(d.unroll), int(d.eval_unroll),
                              d.get("vocab_size"), int(d.batch_size), float(cfg.holdout),
-                             str(cfg.target), d.get("layers"))
+                             str(cfg.target), d.get("layers"), bool(d.get("soft", False)))
         result = loop.train(spec, work, int(d.steps), float(d.lr), int(d.warmup),
                             int(d.ckpt_every), int(d.eval_every), int(cfg.seed),
-                            bool(cfg.resume), progress)
+                            bool(cfg.resume), progress, d.get("patience"),
+                            int(d.get("eval_batches", 20)))
     spec.save(out, result)
     (out / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg))
     summary = {"drafter": name, "data_seconds": round(t_data, 1),

@@ -34,8 +34,11 @@ SHARD = 128  # prompts per shard file
 
 
 def data_key(target: str, rows: list[dict], settings: dict) -> str:
+    """The folder's key: target, settings and the first rows. Shard i always holds rows
+    [i·SHARD, (i+1)·SHARD) of the (seeded, prefix-stable) selection, so raising or lowering
+    `limit` keeps every finished shard."""
     h = hashlib.sha256(json.dumps([target, settings], sort_keys=True).encode())
-    for r in rows:
+    for r in rows[:SHARD]:
         h.update(json.dumps([r["question_id"], r["turns"]]).encode())
     return h.hexdigest()[:16]
 
@@ -133,14 +136,13 @@ def build(target: str, rows: list[dict], max_new: int, layers: list[int], settin
     from engines.load import load
 
     from bench.models import load_generation_config, load_tokenizer
-    from bench.runner import encode, eos_ids
+    from bench.prompting import encode, eos_ids
 
     key = data_key(target, rows, {"max_new": max_new, "layers": layers, **settings})
     folder = cache_root() / "distill" / key
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "settings.json").write_text(json.dumps(
-        {"target": target, "max_new_tokens": max_new, "layers": layers, "prompts": len(rows),
-         **settings}, indent=1))
+        {"target": target, "max_new_tokens": max_new, "layers": layers, **settings}, indent=1))
     shards = [folder / f"shard-{i:04d}.pt" for i in range((len(rows) + SHARD - 1) // SHARD)]
     todo = [i for i, f in enumerate(shards) if not f.exists()]
     if todo:
@@ -174,7 +176,7 @@ def build(target: str, rows: list[dict], max_new: int, layers: list[int], settin
 def _answer(engine, tok, eos, part: list[dict], max_new: int, layers: list[int], batch: int,
             gen) -> list[dict]:
     """One shard: first turns in length-sorted batches, then the second turns of two-turn rows."""
-    from bench.runner import encode
+    from bench.prompting import encode
 
     out: list[dict | None] = [None] * len(part)
     msgs = [[{"role": "user", "content": r["turns"][0]}] for r in part]

@@ -13,8 +13,12 @@ own drafted chain). Losses are weighted 0.8^(j−1).
             per-position accuracy), loss = smooth-L1(out, f_{t+1}) + 0.1 · CE, the CE over the
             8,192 most frequent answer tokens (a full-vocabulary CE costs 6× more on a CPU; labels
             outside are left out of the loss and counted as misses)
-    eagle3  `steps` unrolled steps in training, CE over the reduced draft vocabulary (labels
-            outside it are left out of the loss and counted as misses)
+    eagle3  `steps` unrolled steps in training (the paper's 7), CE over the reduced draft
+            vocabulary (labels outside it are left out of the loss and counted as misses)
+With `soft=True` the cross-entropy's target is the target model's own distribution over the
+draft vocabulary at that position (softmax of its output layer's rows for the draft vocabulary
+applied to its final hidden state: a KL to the target, renormalised over the draft vocabulary)
+instead of the one sampled or greedy token; accuracies still count the token.
 """
 from __future__ import annotations
 
@@ -42,14 +46,15 @@ def unroll_mask(L: int, j: int, dtype, device) -> torch.Tensor:
 class EagleSpec(SequenceSpec):
     def __init__(self, data: list[dict], target, kind: str, steps: int, eval_steps: int,
                  vocab_size: int | None, batch_size: int, holdout: float, base: str,
-                 layers: list[int] | None = None):
-        self.kind, self.base, self.batch_size = kind, base, batch_size
+                 layers: list[int] | None = None, soft: bool = False):
+        self.kind, self.base, self.batch_size, self.soft = kind, base, batch_size, soft
         self.steps, self.eval_steps = steps, max(eval_steps, steps)
         n_layers = target.config.num_hidden_layers
         self.layers = list(layers) if layers else eagle.default_layers(kind, n_layers)
         have = set(data[0]["hidden"]) if data else set()
-        if not set(self.layers) <= have:
-            raise UserError(f"drafter={kind} needs target hidden states {self.layers}; the "
+        need = set(self.layers) | ({-1} if soft else set())
+        if not need <= have:
+            raise UserError(f"drafter={kind} needs target hidden states {sorted(need)}; the "
                             f"distillation data keeps {sorted(have)} (set layers=[...] in the "
                             f"training config)")
         self.split(data, holdout)
@@ -68,20 +73,25 @@ class EagleSpec(SequenceSpec):
         if kind == "eagle":  # cross-entropy over the frequent tokens: V / 8192 times cheaper
             self.module.restrict(self.frequent, len(self.frequent))
             self.t2d = inverse(self.module.vocab.ids, V)
+            rows = self.module.vocab.ids
         else:
             self.t2d = inverse(d2t, V)
+            rows = d2t
+        out = target.get_output_embeddings().weight.detach().float()
+        self.teacher = out if rows is None else out[rows]  # (V_d, H): the target's logit rows
 
     def batches(self, split: str, rng: torch.Generator | None):
         for group in self.groups(split, rng):
             L = max(len(s["ids"]) for s in group) - 1  # positions t with a next token
             ids = torch.zeros(len(group), L + 1, dtype=torch.long)
             labels = torch.full((len(group), L), -100, dtype=torch.long)
+            layers = self.layers + ([-1] if self.soft else [])
             hidden = [torch.zeros(len(group), L + 1, group[0]["hidden"][l].shape[-1])
-                      for l in self.layers]
+                      for l in layers]
             for r, s in enumerate(group):
                 n = len(s["ids"])
                 ids[r, :n] = s["ids"].long()
-                for h, l in zip(hidden, self.layers):
+                for h, l in zip(hidden, layers):
                     h[r, :n] = s["hidden"][l].float()
                 # position t's label is x_{t+2}: answer tokens only (t + 2 ≥ start)
                 lo = max(s["start"] - 2, 0)
@@ -93,11 +103,14 @@ class EagleSpec(SequenceSpec):
         head = self.module
         steps = self.steps if head.training else self.eval_steps
         B, L = labels.shape
-        feat = head.fuse([h[:, :L] for h in hidden])  # f_t, t < L
+        feat = head.fuse([h[:, :L] for h in hidden[: len(self.layers)]])  # f_t, t < L
         tok = ids[:, 1 : L + 1]  # x_{t+1}
         pos = torch.arange(L)[None].expand(B, L)
         dl = self.t2d[labels.clamp_min(0)]
         dl[labels < 0] = -100
+        soft = None
+        if self.soft:  # the target's distribution of x_{t+2}: its output at position t + 1
+            soft = torch.softmax(hidden[-1][:, 1 : L + 1] @ self.teacher.T, dim=-1)
         keys_k, keys_v, per, acc = [], [], [], []
         total = 0.0
         inp = feat
@@ -112,7 +125,12 @@ class EagleSpec(SequenceSpec):
             scored[:, : j - 1] = False  # no step-j input before position j − 1
             inside = scored & (dl >= 0)
             logits = head.logits(out[inside])
-            ce = F.cross_entropy(logits.float(), dl[inside]) if inside.any() else out.sum() * 0
+            if not inside.any():
+                ce = out.sum() * 0
+            elif soft is not None:
+                ce = -(soft[inside] * F.log_softmax(logits.float(), -1)).sum(-1).mean()
+            else:
+                ce = F.cross_entropy(logits.float(), dl[inside])
             hits = (logits.argmax(-1) == dl[inside]).sum()
             acc.append(hits.float() / scored.sum().clamp_min(1))
             per.append(ce.detach())
@@ -129,4 +147,5 @@ class EagleSpec(SequenceSpec):
         eagle.save(self.module, out, self.base,
                    extra={"eval": eval_result, "vocab_coverage": round(self.coverage, 4),
                           "train_tokens": self.sizes(), "unrolled_steps": self.steps,
+                          "soft_targets": self.soft,
                           **({"frequent_ids": self.frequent} if self.frequent else {})})

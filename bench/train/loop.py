@@ -1,12 +1,20 @@
-"""The training loop every drafter shares: AdamW, cosine schedule, checkpoints, held-out eval.
+"""The training loop every drafter shares: AdamW, cosine schedule, checkpoints, held-out eval,
+early stopping.
 
 A drafter spec supplies `module` (the trainable nn.Module), `batches(split, rng)` (an iterator of
 batches for "train" or "eval"), `step_loss(batch)` → (loss, per-position loss, per-position top-1
-accuracy) and `save(out)`. The loop checkpoints to out/checkpoint.pt every `ckpt_every` steps and
-resumes from it, evaluates on the held-out split, and logs train_log.jsonl and eval.json.
+accuracy) and `save(out)`. Reproducible on the CPU: epoch e shuffles with a generator seeded by
+(seed, e), and a checkpoint stores the epoch, the batches already taken from it, the optimizer,
+schedule, RNG state and the best weights so far, so a resumed run takes exactly the steps an
+uninterrupted one would (tests/test_train.py checks the weights bitwise). Every `eval_every`
+steps the held-out loss (mean over draft positions, first `eval_batches` batches) is measured;
+the best weights are kept, and training stops early after `patience` evaluations without
+improvement. The final report has held-out and training-split accuracy side by side (the gap
+shows memorisation). Logs: train_log.jsonl, eval.json.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -15,11 +23,11 @@ from pathlib import Path
 import torch
 
 
-def evaluate(spec, max_batches: int | None = None) -> dict:
+def evaluate(spec, max_batches: int | None = None, split: str = "eval") -> dict:
     spec.module.eval()
     tot_l, tot_a, n = None, None, 0
     with torch.no_grad():
-        for b, batch in enumerate(spec.batches("eval", None)):
+        for b, batch in enumerate(spec.batches(split, None)):
             if max_batches and b >= max_batches:
                 break
             _, l, a = spec.step_loss(batch)
@@ -29,42 +37,56 @@ def evaluate(spec, max_batches: int | None = None) -> dict:
     spec.module.train()
     if not n:
         return {}
-    return {"loss_per_pos": (tot_l / n).tolist(), "top1_per_pos": (tot_a / n).tolist()}
+    return {"loss_per_pos": (tot_l / n).tolist(), "top1_per_pos": (tot_a / n).tolist(),
+            "batches": n}
+
+
+def held_out_loss(result: dict) -> float:
+    return float(sum(result["loss_per_pos"]) / len(result["loss_per_pos"])) if result \
+        else float("inf")
+
+
+def _epoch(spec, seed: int, epoch: int):
+    return spec.batches("train", torch.Generator().manual_seed(seed * 1_000_003 + epoch))
 
 
 def train(spec, out: Path, steps: int, lr: float, warmup: int = 20, ckpt_every: int = 100,
-          eval_every: int = 200, seed: int = 0, resume: bool = True, progress=None) -> dict:
+          eval_every: int = 200, seed: int = 0, resume: bool = True, progress=None,
+          patience: int | None = None, eval_batches: int = 20) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
     params = [p for p in spec.module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
-    ckpt, step = out / "checkpoint.pt", 0
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps)
+                                                                         / steps)))
+    ckpt = out / "checkpoint.pt"
+    step, epoch, taken, best, best_state, stale = 0, 0, 0, float("inf"), None, 0
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         spec.module.load_state_dict(state["module"])
         opt.load_state_dict(state["opt"])
         sched.load_state_dict(state["sched"])
-        step = state["step"]
         torch.set_rng_state(state["rng"])
+        step, epoch, taken = state["step"], state["epoch"], state["taken"]
+        best, best_state, stale = state["best"], state["best_state"], state["stale"]
     log = open(out / "train_log.jsonl", "a")
     task = progress.add_task("train", total=steps, completed=step) if progress else None
-    rng = torch.Generator().manual_seed(seed + step)
-    batches = spec.batches("train", rng)
+    batches = _epoch(spec, seed, epoch)
+    for _ in range(taken):  # the batches this epoch already gave before the checkpoint
+        next(batches)
     t0 = time.time()
     spec.module.train()
-    fresh = False  # the iterator was just restarted
+    stopped = None
     while step < steps:
         try:
             batch = next(batches)
         except StopIteration:
-            batches = spec.batches("train", rng)
-            if fresh:
+            if taken == 0:
                 raise ValueError("the training split yields no batch: too little data")
-            fresh = True
+            epoch, taken = epoch + 1, 0
+            batches = _epoch(spec, seed, epoch)
             continue
-        fresh = False
+        taken += 1
         loss, per, acc = spec.step_loss(batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -72,21 +94,42 @@ def train(spec, out: Path, steps: int, lr: float, warmup: int = 20, ckpt_every: 
         opt.step()
         sched.step()
         step += 1
-        rec = {"step": step, "loss": float(loss.detach()), "top1_per_pos": [round(float(x), 4) for x in acc],
+        rec = {"step": step, "epoch": epoch, "loss": float(loss.detach()),
+               "top1_per_pos": [round(float(x), 4) for x in acc],
                "lr": sched.get_last_lr()[0], "elapsed_s": round(time.time() - t0, 1)}
         if step % eval_every == 0 or step == steps:
-            rec["eval"] = evaluate(spec, max_batches=20)
+            rec["eval"] = evaluate(spec, max_batches=eval_batches)
+            held = held_out_loss(rec["eval"])
+            if held < best:
+                best, best_state, stale = held, copy.deepcopy(spec.module.state_dict()), 0
+            else:
+                stale += 1
+            if patience and stale >= patience:
+                stopped = step
         log.write(json.dumps(rec) + "\n")
         log.flush()
         if progress:
             progress.update(task, completed=step,
-                            description=f"train loss {float(loss.detach()):.3f} top1 {acc.tolist()[0]:.2f}")
-        if step % ckpt_every == 0 or step == steps:
+                            description=f"train loss {float(loss.detach()):.3f} "
+                                        f"top1 {acc.tolist()[0]:.2f}")
+        if step % ckpt_every == 0 or step == steps or stopped:
             torch.save({"module": spec.module.state_dict(), "opt": opt.state_dict(),
-                        "sched": sched.state_dict(), "step": step, "rng": torch.get_rng_state()},
-                       ckpt)
+                        "sched": sched.state_dict(), "step": step, "epoch": epoch,
+                        "taken": taken, "rng": torch.get_rng_state(), "best": best,
+                        "best_state": best_state, "stale": stale}, ckpt)
+        if stopped:
+            break
     log.close()
+    if best_state is not None:  # the weights of the best held-out evaluation
+        spec.module.load_state_dict(best_state)
     final = evaluate(spec)
-    final["train_seconds"] = round(time.time() - t0, 1)
+    train_view = evaluate(spec, max_batches=final.get("batches"), split="train")
+    final.update(train_top1_per_pos=train_view.get("top1_per_pos"),
+                 train_loss_per_pos=train_view.get("loss_per_pos"),
+                 steps=step, epochs_completed=epoch, stopped_early_at=stopped, best_held_out_loss=best,
+                 train_seconds=round(time.time() - t0, 1))
+    if final.get("top1_per_pos") and final.get("train_top1_per_pos"):
+        final["train_minus_held_out_top1"] = [round(a - b, 4) for a, b in zip(
+            final["train_top1_per_pos"], final["top1_per_pos"])]
     (out / "eval.json").write_text(json.dumps(final, indent=2))
     return final

@@ -102,6 +102,13 @@ def templated() -> list[dict]:
     return rows
 
 
+def from_file(path: Path) -> list[dict]:
+    """Prompts from any JSONL file in Spec-Bench's question format."""
+    from tasks.loader import read_jsonl
+
+    return [{**r, "source": path.stem} for r in read_jsonl(path)]
+
+
 SOURCES = {"sharegpt": sharegpt, "chitchat": chitchat, "templated": templated}
 
 
@@ -109,17 +116,17 @@ def build(names: list[str], extra_benchmarks: list[Path] = ()) -> tuple[list[dic
     """(rows, stats): the sources' prompts, exact duplicates and benchmark overlaps dropped."""
     from tasks.overlap import N, benchmark_texts, ngrams, row_text
 
-    unknown = [n for n in names if n not in SOURCES]
+    unknown = [n for n in names if n not in SOURCES and not n.endswith(".jsonl")]
     if unknown:
         raise UserError(f"prompt source {unknown[0]!r} is unknown; choose from: "
-                        f"{', '.join(SOURCES)}")
+                        f"{', '.join(SOURCES)}, or give a JSONL file of prompts")
     bench_grams = set()
     for _, _, text in benchmark_texts(extra_benchmarks):
         bench_grams |= ngrams(text, N)
     seen, rows, stats = set(), [], {}
     for name in names:
         kept = dup = overlap = 0
-        for r in SOURCES[name]():
+        for r in SOURCES[name]() if name in SOURCES else from_file(Path(name)):
             text = row_text(r)
             key = hashlib.sha256(text.strip().lower().encode()).hexdigest()
             if key in seen:
@@ -132,7 +139,7 @@ def build(names: list[str], extra_benchmarks: list[Path] = ()) -> tuple[list[dic
             rows.append(r)
             kept += 1
         stats[name] = {"kept": kept, "duplicates": dup, "benchmark_overlaps_dropped": overlap,
-                       "licence": LICENCES[name]}
+                       "licence": LICENCES.get(name, "the file's own")}
     return rows, stats
 
 

@@ -1,0 +1,101 @@
+"""Drafting metrics under the names the field uses (docs/metrics.md maps them to vLLM, SGLang
+and EAGLE), computed from the per-round lists every record carries.
+
+A *round* is one draft → verify → accept cycle; a_r is the number of drafted tokens it
+accepted (before truncation at EOS or the token budget), d_r its drafted depth.
+    tau                 Σ new tokens ÷ Σ target forwards, the prefill forward counted (AR: 1)
+    tau_round           1 + mean_r a_r: tokens per verify round, bonus included
+                        (vLLM "mean acceptance length", SGLang accept length, EAGLE's τ)
+    accepted_per_round  mean_r a_r = tau_round − 1 (drafts accepted per round, no bonus)
+    tau_request         mean over requests (turns) of each one's tau
+    accept_hist         [#rounds with a_r = 0, = 1, ...]
+    accept_by_depth     {d: mean a_r over rounds that drafted depth d}
+    alpha_per_pos       (conditional) rounds whose position i was accepted ÷ rounds that
+                        drafted a position i
+    alpha_marginal      (marginal) share of rounds with a_r ≥ i; 1 + Σ_i alpha_marginal_i =
+                        tau_round exactly (tests/test_metrics.py)
+    accept_by_position  mean a_r by the output position where the round started (early vs
+                        late tokens of long answers), bins of POSITION_BINS
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pandas as pd
+
+POSITION_BINS = (0, 32, 64, 128, 256, 512)
+
+
+def _rounds(df: pd.DataFrame, col: str) -> list[int]:
+    if col not in df:
+        return []
+    return [x for xs in df[col] if isinstance(xs, list) for x in xs]
+
+
+def per_position(counts: pd.Series) -> list[int]:
+    width = max((len(c) for c in counts), default=0)
+    total = [0] * width
+    for c in counts:
+        for i, v in enumerate(c):
+            total[i] += v
+    return total
+
+
+def bin_label(lo: int, hi: int | None) -> str:
+    return f"{lo}-{hi - 1}" if hi is not None else f"{lo}+"
+
+
+def drafting(m: pd.DataFrame) -> dict:
+    """The metrics above over method records (one per unit)."""
+    acc = _rounds(m, "round_accepted")
+    depth = _rounds(m, "round_depth")
+    start = _rounds(m, "round_start")
+    n = len(acc)
+    out = {"tau": float(m.new_tokens.sum() / m.target_forwards.sum()),
+           "tau_request": float((m.new_tokens / m.target_forwards).mean()),
+           "tau_round": 1 + sum(acc) / n if n else None,
+           "accepted_per_round": sum(acc) / n if n else None}
+    hist = Counter(acc)
+    out["accept_hist"] = json.dumps([hist.get(i, 0) for i in range(max(acc, default=-1) + 1)])
+    by_depth: dict[int, list[int]] = {}
+    for a, d in zip(acc, depth):
+        by_depth.setdefault(d, []).append(a)
+    out["accept_by_depth"] = json.dumps({str(d): round(sum(v) / len(v), 4)
+                                         for d, v in sorted(by_depth.items())})
+    top = max(depth, default=0)
+    out["alpha_marginal"] = json.dumps([round(sum(a >= i for a in acc) / n, 4)
+                                        for i in range(1, top + 1)] if n else [])
+    dpp, app = per_position(m.drafted_per_pos), per_position(m.accepted_per_pos)
+    out["alpha_per_pos"] = json.dumps([round(a / d, 4) if d else None
+                                       for a, d in zip(app + [0] * len(dpp), dpp)])
+    bins: dict[str, list[int]] = {}
+    edges = list(POSITION_BINS) + [None]
+    for a, s in zip(acc, start):
+        for lo, hi in zip(edges, edges[1:]):
+            if hi is None or s < hi:
+                bins.setdefault(bin_label(lo, hi), []).append(a)
+                break
+    out["accept_by_position"] = json.dumps({k: round(sum(v) / len(v), 4) for k, v in
+                                            bins.items()})
+    return out
+
+
+def predicted_speedup(tau_round: float | None, width: float, draft_per_round: float,
+                      costs: dict) -> float | None:
+    """The cost model: τ_round ÷ ((c(w) + draft time per round) ÷ c(1)), with c the measured
+    cost of a target forward over w tokens (interpolated on the run's curve)."""
+    if not tau_round or not costs:
+        return None
+    c1 = costs[min(costs)]
+    return tau_round / ((interpolate(costs, width) + draft_per_round) / c1)
+
+
+def interpolate(costs: dict, w: float) -> float:
+    qs = sorted(costs)
+    if w <= qs[0]:
+        return costs[qs[0]]
+    for a, b in zip(qs, qs[1:]):
+        if w <= b:
+            return costs[a] + (costs[b] - costs[a]) * (w - a) / (b - a)
+    return costs[qs[-1]] * w / qs[-1]  # past the curve: proportional to the width

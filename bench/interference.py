@@ -1,0 +1,138 @@
+"""Noticing other work on the machine, and choosing which repeats of a unit to believe.
+
+Each turn is bracketed by a LoadProbe: the 1-minute load average, the CPU time the rest of the
+machine used during the turn (all CPUs' busy time from /proc/stat minus this process's own
+from /proc/self/stat, as a fraction of the machine) and the hypervisor's steal time. A unit
+(prompt × turn) is *disturbed* when
+    * its repeats disagree: per-token time max/min > `ratio` on either side (baseline, method);
+    * any repeat ran while others used more than `others` of the machine, or while the
+      hypervisor stole more than `others` of it;
+    * a side's decode time per token lies far above the run's robust band for that side
+      (above 1.5 × the median and the median + 5 MAD of the units measured so far).
+Disturbed units are re-measured (interleaved pairs, as before) up to `remeasure` rounds; a
+repeat is *quiet* when it saw no interference and is within `ratio` of its side's fastest
+repeat; speedups use pairs whose two repeats are both quiet. docs/metrics.md has the rules.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+NCPU = os.cpu_count() or 1
+
+
+def _proc_stat() -> tuple[int, int] | None:
+    """(busy jiffies of all CPUs, steal jiffies) from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            parts = f.readline().split()[1:]
+    except OSError:
+        return None
+    v = [int(x) for x in parts]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+    steal = v[7] if len(v) > 7 else 0
+    guest = sum(v[8:10]) if len(v) > 9 else 0  # counted inside user/nice already
+    return sum(v) - idle - guest, steal
+
+
+def _self_jiffies() -> int | None:
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime (this process, all threads)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _loadavg() -> float | None:
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except OSError:
+        return None
+
+
+class LoadProbe:
+    """Brackets one turn: `start()`, then `stop()` → {load1, others_cpu, steal}."""
+
+    def start(self) -> None:
+        self.t0, self.stat0, self.self0 = time.monotonic(), _proc_stat(), _self_jiffies()
+
+    def stop(self) -> dict:
+        dt = time.monotonic() - self.t0
+        stat1, self1 = _proc_stat(), _self_jiffies()
+        out = {"load1": _loadavg(), "others_cpu": None, "steal": None}
+        if None in (self.stat0, stat1, self.self0, self1) or dt <= 0:
+            return out
+        capacity = dt * HZ * NCPU  # jiffies the machine had
+        others = (stat1[0] - self.stat0[0]) - (self1 - self.self0)
+        out["others_cpu"] = round(max(0.0, others / capacity), 4)
+        out["steal"] = round(max(0.0, (stat1[1] - self.stat0[1]) / capacity), 4)
+        return out
+
+
+@dataclass
+class Rules:
+    ratio: float = 1.25  # repeats of one side may differ by this factor
+    others: float = 0.25  # share of the machine other work (or steal) may take during a turn
+
+
+def per_token(res) -> float:
+    """Seconds per new token of a turn (prefill included, as speedups are)."""
+    return res.times_ns["wall"] / 1e9 / max(len(res.output_ids), 1)
+
+
+def decode_per_token(res) -> float | None:
+    n = len(res.output_ids)
+    if n < 2:
+        return None
+    return (res.times_ns["wall"] - res.times_ns.get("ttft", 0)) / 1e9 / (n - 1)
+
+
+def interfered(load: dict, rules: Rules) -> bool:
+    return any(load.get(k) is not None and load[k] > rules.others for k in ("others_cpu",
+                                                                            "steal"))
+
+
+class Band:
+    """The run's robust band of decode time per token, per side, from units seen so far."""
+
+    def __init__(self):
+        self.seen: dict[str, list[float]] = {"baseline": [], "method": []}
+
+    def outside(self, role: str, value: float | None) -> bool:
+        xs = self.seen[role]
+        if value is None or len(xs) < 4:
+            return False
+        med = statistics.median(xs)
+        mad = statistics.median(abs(x - med) for x in xs)
+        return value > 1.5 * med and value > med + 5 * mad
+
+    def add(self, role: str, value: float | None) -> None:
+        if value is not None:
+            self.seen[role].append(value)
+
+
+def judge(sides: dict, rules: Rules, band: Band) -> tuple[bool, dict]:
+    """sides: {role: [(result, load) per repeat]} for one unit → (disturbed, quiet flags)."""
+    quiet, disturbed = {}, False
+    for role, reps in sides.items():
+        times = [per_token(r) for r, _ in reps]
+        fastest = min(times)
+        flags = []
+        for (res, load), t in zip(reps, times):
+            ok = not interfered(load, rules) and t <= rules.ratio * fastest and \
+                not band.outside(role, decode_per_token(res))
+            flags.append(ok)
+        quiet[role] = flags
+        if max(times) > rules.ratio * fastest or not all(flags):
+            disturbed = True
+    return disturbed, quiet
+
+
+def quiet_pairs(quiet: dict) -> list[int]:
+    """Repeat indices whose baseline and method repeats are both quiet."""
+    return [r for r, (a, b) in enumerate(zip(quiet["baseline"], quiet["method"])) if a and b]
