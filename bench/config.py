@@ -70,20 +70,111 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
+KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def parse_as(kind: type, text: str):
+    """Hydra's reading of one override value as `kind`; ValueError when it is not one."""
+    t = text.strip()
+    if t.lower() in ("null", "none", "~"):
+        return None
+    if kind is bool:
+        if t.lower() not in ("true", "false"):
+            raise ValueError(text)
+        return t.lower() == "true"
+    if kind is int:
+        return int(t)
+    if kind is float:
+        return float(t)
+    return t
+
+
+def field_kind(name: str):
+    """The Python type of a RunConfig field (Optional unwrapped); None for config groups."""
+    import typing
+
+    f = RunConfig.__dataclass_fields__.get(name)
+    if f is None or f.type is Any or name in GROUPS:
+        return None
+    tp = eval(f.type, vars(typing)) if isinstance(f.type, str) else f.type
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return args[0] if args else tp
+
+
+def sweep_values(value: str) -> list[str]:
+    """The values of a sweep override `a,b,c`, or the one value (brackets and ranges as is)."""
+    if value.startswith(("[", "{", "range(", "choice(", "interval(")):
+        return []
+    return value.split(",")
+
+
 def check_overrides(argv: list[str]) -> None:
-    """Refuse unknown group options and top-level keys before Hydra prints a multi-line error."""
+    """Refuse unknown group options, top-level keys, values of the wrong type and unknown
+    method knobs before Hydra prints a multi-line error."""
     known = set(RunConfig.__dataclass_fields__) | set(GROUPS)
+    methods = ["ngram"]
+    for arg in argv:
+        if arg.startswith("method="):
+            methods = arg.split("=", 1)[1].split(",")
     for arg in argv:
         if arg.startswith("-") or "=" not in arg:
             continue
         key, value = arg.split("=", 1)
         key = key.lstrip("+~")
-        if key.startswith("hydra") or "." in key:
+        if key.startswith("hydra"):
+            continue
+        if key.startswith("method."):
+            check_method_knob(methods, key.split(".", 1)[1], value)
+            continue
+        if "." in key:
             continue
         if key not in known:
             raise UserError(f"unknown setting {key!r}; valid: {', '.join(sorted(known))}")
         if key in GROUPS:
             check_group_values(key, value)
+            continue
+        kind = field_kind(key)
+        for v in sweep_values(value):
+            try:
+                parse_as(kind, v)
+            except ValueError:
+                raise UserError(f"{key}={v!r} is not valid; {key} takes {KINDS[kind]}")
+
+
+def method_defaults(name: str) -> dict:
+    import yaml
+
+    path = CONF / "method" / f"{name}.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def check_method_knob(methods: list[str], knob: str, value: str) -> None:
+    """method.<knob>=value: a knob the method's YAML has, of its default's type."""
+    for m in methods:
+        defaults = method_defaults(m)
+        if not defaults:
+            continue
+        top = knob.split(".", 1)[0]
+        if top not in defaults:
+            valid = ", ".join(k for k in defaults if not k.startswith("_") and k != "name")
+            raise UserError(f"method.{knob}: {m} has no knob {top!r}; its knobs: {valid}")
+        default = defaults[top]
+        kind = type(default) if isinstance(default, (bool, int, float)) else \
+            NULLABLE_INT.get(top) if default is None or default == "auto" else None
+        if kind is None:
+            continue
+        for v in sweep_values(value):
+            try:
+                parse_as(kind, v)
+            except ValueError:
+                if kind is not bool and v.strip() in ("auto",) and top in AUTO_KNOBS:
+                    continue
+                raise UserError(f"method.{knob}={v!r} is not valid for {m}; it takes "
+                                f"{KINDS[kind]} (default {default})")
+
+
+AUTO_KNOBS = ("total_tokens", "tree", "k")
+NULLABLE_INT = {"k": int, "num_heads": int, "draft_vocab": int, "total_tokens": int}
 
 
 def check_group_values(group: str, value: str) -> None:
@@ -100,6 +191,14 @@ def _need(ok: bool, msg: str) -> None:
 
 
 def validate(cfg) -> None:
+    from omegaconf import OmegaConf
+
+    for group in ("model",):
+        for key in cfg[group]:
+            _need(not OmegaConf.is_missing(cfg[group], key),
+                  f"{group}={cfg[group].get('name')} needs {group}.{key}=... (e.g. model.target="
+                  f"<Hugging Face id or directory>)" if key == "target" else
+                  f"{group}.{key} must be set")
     _need(cfg.k is None or cfg.k >= 1, f"k={cfg.k} is not valid; k must be an integer >= 1")
     _need(cfg.temperature >= 0, f"temperature={cfg.temperature} is not valid; use a value >= 0")
     _need(cfg.top_k >= 0, f"top_k={cfg.top_k} is not valid; use 0 (off) or a positive integer")

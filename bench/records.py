@@ -77,7 +77,8 @@ def env_info(device, target_spec: str, choice: dict, target, method, cost_curve:
     return {
         "python": sys.version.split()[0], "torch": torch.__version__,
         "transformers": transformers.__version__, "platform": platform.platform(),
-        "device": device.type, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
+        "host": platform.node(), "device": device.type, "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
         "cpu_flags": sorted(cpu_flags_of_interest()),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,

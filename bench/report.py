@@ -237,7 +237,8 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
     command = " ".join(["python -m bench.report", *(display_path(str(p)) for p in paths)])
     w.add("# specsweep report", "",
           f"Generated {datetime.now():%Y-%m-%d %H:%M} by `{command}` from {len(runs)} run(s) "
-          f"in {len(groups)} group(s) (model · device · dtype). Numbers from different groups "
+          f"in {len(groups)} group(s) (model · device · engine · weights · dtype). Numbers from "
+          "different groups "
           "are never pooled. When several runs measured the same cell (method, k, T, task), "
           "the newest is shown.", "",
           "Contents: " + " · ".join(f"[{g}](#{slug(g)})" for g in groups)
@@ -248,11 +249,16 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
         group_section(w, group, g, recs[recs.group == group] if len(recs) else recs)
     device_section(w, cells)
     lossless_section(w, cells, recs)
-    run_list = cells[["group", "run", "settings"]].drop_duplicates()
+    if "host" not in cells:
+        cells = cells.assign(host="unknown")
+    run_list = cells[["group", "run", "host", "device_name", "settings"]].drop_duplicates()
+    run_list["host"] = run_list.host.fillna("unknown")
     run_list["run"] = [display_path(r) for r in run_list.run]
     w.csv(run_list, "runs.csv")
-    w.add('<a id="runs"></a>', "", "## Runs", "", tables.markdown_table(
-        ["group", "run", "settings"], run_list.values.tolist()), "")
+    w.add('<a id="runs"></a>', "", "## Runs", "", "Where every cell ran (runs merged from "
+          "several machines keep their own host and device, from each run's env.json).", "",
+          tables.markdown_table(["group", "run", "host", "machine", "settings"],
+                                run_list.values.tolist()), "")
     (out / "index.md").write_text("\n".join(w.md) + "\n", encoding="utf-8")
     return out / "index.md"
 

@@ -27,7 +27,8 @@ from bench.metrics import bootstrap_ratio
 
 CONF_METHOD = Path(__file__).resolve().parent.parent / "conf" / "method"
 CELL = ["group", "method", "k", "temperature", "task"]
-IDENTITY = ["group", "source", "model", "device", "device_name", "dtype", "run", "settings"]
+IDENTITY = ["group", "source", "model", "device", "device_name", "dtype", "host", "run",
+            "settings"]
 RECORD_COLS = ["task", "category", "subcategory", "prompt_id", "turn", "repeat", "role",
                "method", "method_run", "k", "temperature", "new_tokens", "target_forwards",
                "wall_s", "prefill_s", "draft_s", "verify_s", "other_s", "verdict",
@@ -133,7 +134,7 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
     dev = device_name(env) if env else str(summary.device.iloc[0]) if len(summary) else "unknown"
     dtype = precision_label(env, summary)
     ident = {"source": "specsweep", "model": model, "device_name": dev, "dtype": dtype,
-             "run": str(run), "settings": _settings(cfg),
+             "host": env.get("host") or "unknown", "run": str(run), "settings": _settings(cfg),
              "group": group_label(model, dev, dtype)}
     path = run / "records.jsonl"
     records = pd.read_json(path, lines=True) if path.exists() and path.stat().st_size else None
