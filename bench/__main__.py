@@ -2,6 +2,7 @@
 
     python -m bench method=ngram task=code limit=2 max_new_tokens=32
     python -m bench -m method=ngram,draft k=2,4,8 temperature=0,1 model.draft=DIR
+    python -m bench -m engine=openai server=vllm method=ngram concurrency=1,4
 
 Writes records.jsonl, summary.csv, config.yaml and env.json into the run directory and prints
 the summary table. Bad input: one line on stderr, exit status 2.
@@ -34,6 +35,17 @@ def run(cfg: DictConfig) -> None:
 
     out = Path(HydraConfig.get().runtime.output_dir)
     console = Console(stderr=True)
+    if cfg.engine == "openai":  # a server the suite starts (bench/serve/)
+        from bench.serve.cell import execute as execute_cell
+        from bench.table import print_serve_summary
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as progress:
+            summary, _, cell = execute_cell(cfg, out, progress)
+        print_serve_summary(summary, f"{cfg.model.name} · server={cfg.server.name} · "
+                                     f"concurrency={cfg.concurrency} · {out}",
+                            Console(width=None if sys.stdout.isatty() else 200))
+        return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         summary, _, runner = execute(cfg, out, progress)
