@@ -147,7 +147,7 @@ def test_server_command_fills_placeholders(tmp_path):
     assert conf["method"] == "eagle3" and conf["num_speculative_tokens"] == 3
     assert conf["model"].endswith("artifacts/smollm2-135m/eagle3")
     assert plain[plain.index("--port") + 1] == "18011"
-    assert plain[plain.index("--dtype") + 1] == "bfloat16"
+    assert plain[plain.index("--dtype") + 1] == "float32"
     ng = json.loads(command(compose(["engine=openai", "server=vllm", "method=ngram",
                                      f"server.venv={venv}"]), "method")[-1])
     assert ng == {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_min": 1,

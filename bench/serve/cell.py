@@ -16,7 +16,6 @@ import json
 import time
 from pathlib import Path
 
-import pandas as pd
 from omegaconf import OmegaConf
 
 from bench import records as rec
@@ -236,14 +235,5 @@ def execute(cfg, out: Path, progress=None):
              "request_rate": cfg.request_rate}
     summary = summarize(records, cell.passes, ident)
     summary.to_csv(out / "summary.csv", index=False)
-    ok = records[records.error.isna()]
-    if len(ok):
-        write_answers(out, _ok_path(out, ok), cell.tokenizer, str(cfg.model.name))
+    write_answers(out, path, cell.tokenizer, str(cfg.model.name))
     return summary, path, cell
-
-
-def _ok_path(out: Path, ok: pd.DataFrame) -> Path:
-    """Spec-Bench answers are written from the successful requests only."""
-    p = out / "records_ok.tmp.jsonl"
-    ok.to_json(p, orient="records", lines=True)
-    return p

@@ -2,8 +2,9 @@
 stop it. The suite owns the process: one server at a time, on `server.host` (127.0.0.1 by
 default), its output kept in the run directory (`server_<role>_<repeat>.log`).
 
-`server.cmd` is the plain server's argv; the speculative server adds `server.speculative.<method>`.
-Placeholders in any argument, replaced as plain text (so JSON braces need no escaping):
+`server.cmd` is the plain server's argv; the speculative server adds `server.speculative.<method>`;
+`server.env` is added to its environment. Placeholders in any argument or environment value,
+replaced as plain text (so JSON braces need no escaping):
     {host} {port} {served}      where it listens and the model name it serves
     {model_dir}                 the target as a transformers directory (embedded:NAME converted)
     {gguf}                      the target's GGUF file (embedded models; else model.gguf)
@@ -33,7 +34,8 @@ def placeholders(cfg) -> dict[str, str]:
     out = {"{host}": str(s.host), "{port}": str(s.port), "{served}": str(s.served_name)}
     for key, value in s.items():
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            out["{server.%s}" % key] = str(value)
+            out["{server.%s}" % key] = str(Path(str(value)).expanduser()) if key == "venv" \
+                else str(value)
     for key, value in model.items():
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             v = str(value)
@@ -119,7 +121,9 @@ class Server:
         if get(self.url(str(s.health)), timeout=2)[0]:
             raise UserError(f"something already answers on {self.base}; the suite starts its "
                             f"own server there (stop it, or choose another server.port)")
-        env = dict(os.environ, **{str(k): str(v) for k, v in (s.get("env") or {}).items()})
+        values = placeholders(self.cfg)
+        env = dict(os.environ, **{str(k): substitute(str(v), values)
+                                  for k, v in (s.get("env") or {}).items()})
         self.log = open(self.log_path, "w", encoding="utf-8")
         self.log.write(" ".join(self.argv) + "\n")
         self.log.flush()
