@@ -189,3 +189,36 @@ def test_summary_counts_errors_and_reads_counters():
     assert json.loads(r.alpha_per_pos) == [0.8, 0.2]
     assert r.exact_match == pytest.approx(0.5)  # a exact, b mismatch (c, d: no verdict)
     assert r.ttft_p50_ms == pytest.approx(100.0) and r.itl_p99_ms == pytest.approx(100.0)
+
+
+def test_verdicts_judge_the_first_copy_of_each_turn():
+    from types import SimpleNamespace
+
+    from bench.serve.cell import Cell, first_copies
+    from bench.serve.load import PassResult, Turn
+    from conftest import tiny_tokenizer
+
+    p, q = prompts(2)
+
+    def result(texts):  # texts: [(conv, prompt, turn, text, messages)]
+        res = PassResult()
+        for conv, pr, turn, text, msgs in texts:
+            res.turns.append(Turn(conv, pr, turn, msgs, client.Reply(text=text)))
+        return res
+
+    m0 = [{"role": "user", "content": "q0"}]
+    m1 = m0 + [{"role": "assistant", "content": "the sum"}, {"role": "user", "content": "r0"}]
+    m1x = m0 + [{"role": "assistant", "content": "the sea"}, {"role": "user", "content": "r0"}]
+    base = result([(0, p, 0, "the sum", m0), (0, p, 1, "two three", m1),
+                   (1, q, 0, "a poem", [{"role": "user", "content": "q1"}])])
+    spec = result([(0, p, 0, "the sea", m0), (0, p, 1, "two three", m1x),
+                   (1, q, 0, "a poem", [{"role": "user", "content": "q1"}]),
+                   (2, q, 0, "other copy", [{"role": "user", "content": "q1"}])])
+    cell = SimpleNamespace(cfg=SimpleNamespace(temperature=0.0), tokenizer=tiny_tokenizer())
+    v = Cell.verdicts(cell, base, spec)
+    assert v[("p0", 0)] == {"verdict": "mismatch", "first_divergence": 1}  # "the" agrees
+    assert v[("p0", 1)] == {"verdict": "after-divergence"}  # its prompt already differs
+    assert v[("p1", 0)] == {"verdict": "exact"}  # judged on conversation 1, not the copy
+    assert first_copies(spec)[("p1", 0)].conv == 1
+    cell.cfg.temperature = 1.0
+    assert Cell.verdicts(cell, base, spec) == {}

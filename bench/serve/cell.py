@@ -152,8 +152,7 @@ class Cell:
         """(prompt_id, turn) → verdict of the speculative text against the plain one."""
         if float(self.cfg.temperature) != 0:
             return {}
-        first = lambda res: {(t.prompt.id, t.turn): t for t in reversed(res.turns)}  # noqa: E731
-        b, m = first(base), first(method)
+        b, m = first_copies(base), first_copies(method)
         out = {}
         for key in sorted(m):
             tb, tm = b.get(key), m[key]
@@ -175,23 +174,23 @@ class Cell:
                                     f"c={self.cfg.concurrency}",
                                     total=2 * int(self.cfg.repeats)) if progress else None
         first_base = None
-        passes_file = open(self.out / "passes.jsonl", "a", encoding="utf-8")
-        for r in range(int(self.cfg.repeats)):
-            for role in (ROLES if r % 2 == 0 else ROLES[::-1]):
-                res = self.run_pass(role, r)
-                t0 = min((t.reply.sent for t in res.turns if t.reply.sent), default=0.0)
-                if role == "baseline" and r == 0:
-                    first_base = res
-                v = self.verdicts(first_base, res) if role == "method" and r == 0 else {}
-                for tr in res.turns:
-                    writer.write(self.record(role, r, tr, v.get((tr.prompt.id, tr.turn), {}),
-                                             t0) if tr.conv == _first_conv(res, tr) else
-                                 self.record(role, r, tr, {}, t0))
-                passes_file.write(json.dumps(self.passes[-1]) + "\n")
-                passes_file.flush()
-                if progress:
-                    progress.advance(task_id)
-        passes_file.close()
+        with open(self.out / "passes.jsonl", "a", encoding="utf-8") as passes_file:
+            for r in range(int(self.cfg.repeats)):
+                for role in (ROLES if r % 2 == 0 else ROLES[::-1]):
+                    res = self.run_pass(role, r)
+                    t0 = min((t.reply.sent for t in res.turns if t.reply.sent), default=0.0)
+                    if role == "baseline" and r == 0:
+                        first_base = res
+                    v = self.verdicts(first_base, res) if role == "method" and r == 0 else {}
+                    judged = first_copies(res)
+                    for tr in res.turns:  # only a prompt's first copy in the pass is judged
+                        key = (tr.prompt.id, tr.turn)
+                        verdict = v.get(key, {}) if judged[key] is tr else {}
+                        writer.write(self.record(role, r, tr, verdict, t0))
+                    passes_file.write(json.dumps(self.passes[-1]) + "\n")
+                    passes_file.flush()
+                    if progress:
+                        progress.advance(task_id)
         writer.close()
         return writer.path
 
@@ -210,9 +209,13 @@ class Cell:
                                   "dtype": str(self.s.dtype), "kernel": "server"}}
 
 
-def _first_conv(res, tr) -> int:
-    """The first conversation of the pass that carried tr's prompt (the one verdicts judge)."""
-    return min(t.conv for t in res.turns if t.prompt.id == tr.prompt.id)
+def first_copies(res) -> dict:
+    """(prompt_id, turn) → that turn of the first conversation in the pass carrying the prompt
+    (prompts repeat when num_requests exceeds them; verdicts judge the first copy)."""
+    out = {}
+    for t in res.turns:  # sorted by (conversation, turn)
+        out.setdefault((t.prompt.id, t.turn), t)
+    return out
 
 
 def execute(cfg, out: Path, progress=None):
