@@ -148,6 +148,10 @@ def test_server_command_fills_placeholders(tmp_path):
     assert conf["model"].endswith("artifacts/smollm2-135m/eagle3")
     assert plain[plain.index("--port") + 1] == "18011"
     assert plain[plain.index("--dtype") + 1] == "float32"
+    sg = command(compose(["engine=openai", "server=sglang", "method=eagle3", "k=3",
+                          f"server.venv={venv}"]), "method")
+    assert sg[sg.index("--speculative-num-steps") + 1] == "3"
+    assert sg[sg.index("--speculative-num-draft-tokens") + 1] == "4"  # a chain: steps + 1
     ng = json.loads(command(compose(["engine=openai", "server=vllm", "method=ngram",
                                      f"server.venv={venv}"]), "method")[-1])
     assert ng == {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_min": 1,

@@ -8,7 +8,7 @@ replaced as plain text (so JSON braces need no escaping):
     {host} {port} {served}      where it listens and the model name it serves
     {model_dir}                 the target as a transformers directory (embedded:NAME converted)
     {gguf}                      the target's GGUF file (embedded models; else model.gguf)
-    {k}                         the draft length (k, else the method's own default)
+    {k} {k+1}                   the draft length (k, else the method's own default), and k + 1
     {method.X} {model.X}        any value of the method or model config (model paths resolved)
     {server.X}                  any value of the server config (e.g. {server.dtype})
 The first argument is looked up in `server.venv`/bin, then on PATH.
@@ -45,6 +45,7 @@ def placeholders(cfg) -> dict[str, str]:
             out["{method.%s}" % key] = str(value)
     k = cfg.k if cfg.k is not None else method.get("k")
     out["{k}"] = str(k)
+    out["{k+1}"] = str(int(k) + 1) if k is not None else "None"
     out["{model_dir}"] = "" if "{model_dir}" not in str(s.cmd) else resolve_path(str(model.target))
     gguf = embedded_gguf(str(model.target)) if "{gguf}" in str(s.cmd) else None
     out["{gguf}"] = str(gguf or model.get("gguf") or "")
