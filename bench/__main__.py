@@ -2,6 +2,7 @@
 
     python -m bench method=ngram task=code limit=2 max_new_tokens=32
     python -m bench -m method=ngram,draft k=2,4,8 temperature=0,1 model.draft=DIR
+    python -m bench engine=openai server=vllm method=ngram concurrency=1,4   (a sweep: -m implied)
 
 Writes records.jsonl, summary.csv, config.yaml and env.json into the run directory and prints
 the summary table. Bad input: one line on stderr, exit status 2.
@@ -35,6 +36,17 @@ def run(cfg: DictConfig) -> None:
     out = Path(HydraConfig.get().runtime.output_dir)
     place_job(cfg)
     console = Console(stderr=True)
+    if cfg.engine == "openai":  # a server the suite starts (bench/serve/)
+        from bench.serve.cell import execute as execute_cell
+        from bench.table import print_serve_summary
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as progress:
+            summary, _, cell = execute_cell(cfg, out, progress)
+        print_serve_summary(summary, f"{cfg.model.name} · server={cfg.server.name} · "
+                                     f"concurrency={cfg.concurrency} · {out}",
+                            Console(width=None if sys.stdout.isatty() else 200))
+        return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         summary, _, runner = execute(cfg, out, progress)
@@ -93,6 +105,18 @@ def main(cfg: DictConfig) -> None:
         fail(str(e))
 
 
+AXES = ("concurrency", "request_rate")  # a comma list of these is a sweep even without -m
+
+
+def sweep_axes(argv: list[str]) -> list[str]:
+    """`concurrency=1,4` (a server sweep, engine=openai) runs as `-m concurrency=1,4`."""
+    if any(a in ("-m", "--multirun") for a in argv):
+        return argv
+    if any(a.split("=", 1)[0] in AXES and "," in a.split("=", 1)[-1] for a in argv if "=" in a):
+        return ["-m", *argv]
+    return argv
+
+
 if __name__ == "__main__":
     warnings.filterwarnings("ignore", category=UserWarning)
     register()
@@ -100,4 +124,5 @@ if __name__ == "__main__":
         check_overrides(sys.argv[1:])
     except UserError as e:
         fail(str(e))
+    sys.argv[1:] = sweep_axes(sys.argv[1:])
     main()

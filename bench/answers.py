@@ -1,6 +1,7 @@
 """Answer files in Spec-Bench's format, so Spec-Bench's own scripts can read our runs.
 
-Written into the run directory from records.jsonl after every run (repeat 0 of each side):
+Written into the run directory from records.jsonl after every run (repeat 0 of each side; a
+server request that failed has no answer):
 
     answers/ar.jsonl         the baseline
     answers/<method>.jsonl   the method (answers/ar-method.jsonl when the method is ar itself)
@@ -13,7 +14,8 @@ One JSON line per question, turns in order:
                   "accept_lengths": [1, 3, 1, ...]}],
      "tstamp": 1700000000.0}
 
-decoding_steps are target forwards (prefill included), wall_time is seconds including prefill,
+decoding_steps are target forwards (prefill included; null for a server, which reports them per
+pass, not per request), wall_time is seconds including prefill,
 and accept_lengths is the tokens emitted per round over all turns in one flat list, as Spec-Bench
 writes it. The category is Spec-Bench's name (tasks/specbench.py), so its per-task report works:
 
@@ -43,7 +45,7 @@ def answer_lines(records: list[dict], role: str, tokenizer, model_id: str,
     (a turn recorded twice, by a rerun into the same directory, keeps its latest record)."""
     by_prompt: dict[tuple[str, str], dict[int, dict]] = {}
     for r in records:
-        if r["role"] == role and r["repeat"] == 0:
+        if r["role"] == role and r["repeat"] == 0 and not r.get("error"):
             by_prompt.setdefault((r["task"], str(r["prompt_id"])), {})[int(r["turn"])] = r
     tstamp = time.time() if tstamp is None else tstamp
     lines = []
@@ -52,7 +54,8 @@ def answer_lines(records: list[dict], role: str, tokenizer, model_id: str,
         choice = {"index": 0,
                   "turns": [tokenizer.decode(r["output_ids"], skip_special_tokens=True).strip()
                             for r in recs],
-                  "decoding_steps": [int(r["target_forwards"]) for r in recs],
+                  "decoding_steps": [None if r["target_forwards"] is None  # a server's
+                                     else int(r["target_forwards"]) for r in recs],
                   "new_tokens": [int(r["new_tokens"]) for r in recs],
                   "wall_time": [float(r["wall_s"]) for r in recs],
                   "accept_lengths": [int(a) for r in recs for a in r["accept_lengths"]]}

@@ -22,6 +22,7 @@ class Clock:
     def reset(self) -> None:
         self._spans: list[tuple[str, object, object]] = []
         self._marks: dict[str, object] = {}
+        self._open: tuple[str, object] | None = None
 
     def _now(self):
         if self.cuda:
@@ -37,6 +38,14 @@ class Clock:
             yield
         finally:
             self._spans.append((name, start, self._now()))
+
+    def switch(self, name: str | None) -> None:
+        """End the open span (if any) and open one named `name` (None: open none). For code
+        that cannot bracket a phase with `with`: forward hooks inside transformers' generate()."""
+        now = self._now()
+        if self._open is not None:
+            self._spans.append((self._open[0], self._open[1], now))
+        self._open = (name, now) if name is not None else None
 
     def mark(self, name: str) -> None:
         """A point in time (e.g. first token emitted), read relative to the first span."""

@@ -15,7 +15,8 @@ from omegaconf import MISSING
 from bench.errors import UserError
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ("method", "model", "task", "device", "experiment")
+GROUPS = ("method", "model", "task", "device", "experiment", "server")
+ENGINES = ("auto", "hf", "lean", "openai")
 CHECKS = ("none", "distribution")
 
 
@@ -25,7 +26,8 @@ class RunConfig:
     model: Any = MISSING
     task: Any = MISSING
     device: Any = MISSING
-    engine: str = "auto"  # auto | hf | lean (engines/load.py)
+    server: Any = None  # engine=openai: conf/server/<name>.yaml
+    engine: str = "auto"  # auto | hf | lean (engines/load.py) | openai (bench/serve/)
     k: Optional[int] = None  # draft length; None: the method's own default
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: off
@@ -44,6 +46,11 @@ class RunConfig:
     dist_positions: int = 3  # leading positions tested by check=distribution
     tie_tolerance: float = 0.05  # logit gap below which a greedy divergence is a near-tie
     resume: bool = True  # continue a run directory holding this cell's results (bench.cells)
+    concurrency: int = 1  # engine=openai: conversations in flight
+    request_rate: Optional[float] = None  # engine=openai: starts per second; None: unpaced
+    num_requests: Optional[int] = None  # engine=openai: conversations per pass; None: prompts
+    max_time_s: float = 600.0  # engine=openai: no conversation starts later into a pass
+    request_timeout_s: float = 300.0  # engine=openai: a silent request counts as a timeout
     out: str = "results"
 
 
@@ -191,6 +198,9 @@ def _need(ok: bool, msg: str) -> None:
 
 
 def validate(cfg) -> None:
+    _need(cfg.engine in ENGINES,
+          f"engine={cfg.engine!r} is not valid; choose one of: {', '.join(ENGINES)}")
+    validate_serving(cfg)
     from omegaconf import OmegaConf
 
     for group in ("model",):
@@ -225,5 +235,36 @@ def validate(cfg) -> None:
     _need(cfg.dist_samples >= 2, f"dist_samples={cfg.dist_samples} is not valid; use an integer >= 2")
     _need(cfg.dist_positions >= 1,
           f"dist_positions={cfg.dist_positions} is not valid; use an integer >= 1")
+    needs = cfg.method.get("engine")
+    _need(not needs or cfg.engine in ("auto", needs),
+          f"method={cfg.method.name} runs transformers' generate() and needs engine={needs} "
+          f"(the transformers model); engine={cfg.engine} has none")
     mk = cfg.method.get("k")
     _need(mk is None or int(mk) >= 0, f"method.k={mk} is not valid; use an integer >= 1")
+
+
+def validate_serving(cfg) -> None:
+    """engine=openai and the `server` group go together; the load knobs must make sense."""
+    server = cfg.get("server")
+    if cfg.engine != "openai":
+        _need(server is None, f"server={server.name if server else server} needs engine=openai "
+                              f"(the server backend)")
+        return
+    _need(server is not None, "engine=openai needs a server: server=" +
+          "|".join(group_options("server")))
+    _need(cfg.concurrency >= 1, f"concurrency={cfg.concurrency} is not valid; use an integer >= 1")
+    _need(cfg.request_rate is None or cfg.request_rate > 0,
+          f"request_rate={cfg.request_rate} is not valid; use a value > 0 or null")
+    _need(cfg.num_requests is None or cfg.num_requests >= 1,
+          f"num_requests={cfg.num_requests} is not valid; use an integer >= 1 or null")
+    _need(cfg.max_time_s > 0, f"max_time_s={cfg.max_time_s} is not valid; use a value > 0")
+    _need(cfg.request_timeout_s > 0,
+          f"request_timeout_s={cfg.request_timeout_s} is not valid; use a value > 0")
+    _need(server.api in ("chat", "completions"),
+          f"server.api={server.api!r} is not valid; choose one of: chat, completions")
+    _need(server.metrics in ("vllm", "sglang", "none"),
+          f"server.metrics={server.metrics!r} is not valid; choose one of: vllm, sglang, none")
+    _need(str(server.host) in ("127.0.0.1", "localhost", "::1"),
+          f"server.host={server.host!r}: the suite starts its server on this machine; use "
+          f"127.0.0.1")
+    _need(cfg.check == "none", "check=distribution needs the target's logits: not on engine=openai")

@@ -60,10 +60,12 @@ def _relative_to(folder: Path, override: str) -> str:
 
 
 def method_names(exp: dict) -> list[str]:
-    """'all': every conf/method/*.yaml (so new methods are gated without touching the gate)."""
+    """'all': every conf/method/*.yaml but `skip_methods` (so new methods are gated without
+    touching the gate)."""
     names = exp.get("methods", "all")
     if names == "all":
-        return group_options("method")
+        skip = set(exp.get("skip_methods") or [])
+        return [m for m in group_options("method") if m not in skip]
     unknown = set(names) - set(group_options("method"))
     if unknown:
         raise UserError(f"gate methods {sorted(unknown)} are unknown; choose from "

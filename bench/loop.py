@@ -9,7 +9,9 @@ The loop owns the stopping rule, the token count and the clock:
       verify — method.verify  → one target forward over the proposal
       other  — method.accept  → accepted tokens (+ cache rollback); truncation, EOS check
 
-Every method, the baseline included, goes through this one function.
+Every method, the baseline included, goes through this one function; transformers' own
+speculative modes (`hf_pld`, `hf_assisted`: one `generate()` per turn) go through its sibling
+`bench.wholeturn`, under the same clock, budget and EOS rule.
 """
 from __future__ import annotations
 
@@ -52,6 +54,11 @@ def generate(method, prompt_ids: list[int], max_new_tokens: int, sampling: Sampl
              eos_ids: set[int], clock: Clock, generator: torch.Generator | None = None,
              device: torch.device | str = "cpu") -> TurnResult:
     """Generate one turn with `method`; returns the tokens and every measurement of the turn."""
+    if getattr(method, "whole_turn", False):  # transformers' generate() decodes the turn
+        from bench.wholeturn import generate_whole
+
+        return generate_whole(method, prompt_ids, max_new_tokens, sampling, eos_ids, clock,
+                              generator, device)
     device = torch.device(device)
     capacity = len(prompt_ids) + max_new_tokens + method.max_verify_width()
     state = DecodeState.start(prompt_ids, capacity, device, sampling, generator,

@@ -8,7 +8,7 @@ Numbers are grouped by (model, device, dtype): each group gets its own leaderboa
 shape: a row per method config, a column per task, then overall; speedup and τ with 95%
 intervals) and charts (speedup and τ by task, k and temperature sweeps, α per draft position,
 time breakdown, memory). Then a device comparison when runs from several devices are present,
-and the losslessness section. Spec-Bench answer files are imported as a group of their own.
+the losslessness section, and the server cells of engine=openai (bench/report_serve.py). Spec-Bench answer files are imported as a group of their own.
 Outputs are rewritten on each run; every chart's data is also written as CSV beside it.
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pandas as pd
 from bench import charts
 from bench import report_tables as tables
 from bench.errors import UserError
+from bench.report_serve import is_server, server_section
 from bench.runs import load_runs, slug
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -230,7 +231,11 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
         raise UserError(f"no runs found under {', '.join(map(str, paths))}: run `make bench` "
                         "(or pass run directories holding summary.csv)")
     clear_outputs(out)
-    palette = charts.Palette(cells.method.unique())
+    all_cells, serve = cells, is_server(cells)
+    cells = cells[~serve]  # server cells have their own section
+    if len(recs) and serve.any():
+        recs = recs[~recs.run.isin(set(all_cells[serve].run))]
+    palette = charts.Palette(all_cells.method.unique())
     palette.know_ks(cells)
     w = Writer(out, palette)
     groups = list(dict.fromkeys(cells.group))
@@ -243,15 +248,19 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
           "the newest is shown.", "",
           "Contents: " + " · ".join(f"[{g}](#{slug(g)})" for g in groups)
           + " · [Device comparison](#device-comparison) · [Losslessness](#losslessness) · "
-          "[Runs](#runs)", "")
+          + ("[Servers](#servers) · " if serve.any() else "") + "[Runs](#runs)", "")
     for group in groups:
         g = cells[cells.group == group]
         group_section(w, group, g, recs[recs.group == group] if len(recs) else recs)
-    device_section(w, cells)
-    lossless_section(w, cells, recs)
-    if "host" not in cells:
-        cells = cells.assign(host="unknown")
-    run_list = cells[["group", "run", "host", "device_name", "settings"]].drop_duplicates()
+    if len(cells):
+        device_section(w, cells)
+        lossless_section(w, cells, recs)
+    server_section(w, all_cells)
+    if "host" not in all_cells:
+        all_cells = all_cells.assign(host="unknown")
+    if "device_name" not in all_cells:
+        all_cells = all_cells.assign(device_name="")
+    run_list = all_cells[["group", "run", "host", "device_name", "settings"]].drop_duplicates()
     run_list["host"] = run_list.host.fillna("unknown")
     run_list["run"] = [display_path(r) for r in run_list.run]
     w.csv(run_list, "runs.csv")

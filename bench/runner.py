@@ -118,14 +118,20 @@ class Runner:
         self.prompts = load_prompts(task_cfg, cfg.limit, cfg.get("limit_per_category"))
         if not self.prompts:
             raise UserError(f"task={cfg.task.name!r} selected no prompts")
+        engine = str(cfg.engine)
+        needs = cfg.method.get("engine")  # hf_pld, hf_assisted: transformers' model itself
+        if needs and engine == "auto":
+            engine = str(needs)
         self.target, self.choice = load_engine(
-            str(cfg.model.target), self.device, engine=str(cfg.engine),
+            str(cfg.model.target), self.device, engine=engine,
             weights=str(cfg.model.get("weights", "auto")),
             dtype=str(cfg.model.get("dtype", "auto")), kernel=str(cfg.model.get("kernel", "auto")),
             compile=bool(cfg.model.get("compile", False)))
         self.tokenizer = load_tokenizer(str(cfg.model.target))
         if self.tokenizer is None:
             raise UserError(f"model.target={cfg.model.target!r} has no tokenizer")
+        if needs and cfg.engine == "auto":
+            self.choice["engine_reason"] = f"auto: method={cfg.method.name} runs on engine={needs}"
         self.dtype = self.target.dtype
         self.eos = eos_ids(self.tokenizer, self.target.config,
                            load_generation_config(str(cfg.model.target)))

@@ -54,3 +54,29 @@ def print_summary(summary: pd.DataFrame, title: str, console: Console | None = N
         console.print(f"interference: {dist} unit(s) disturbed by other work on the machine, "
                       f"re-measured; {unclean} still disturbed (†: read that speedup with care; "
                       f"‡: cleaned by re-measurement). records.jsonl has the load samples.")
+
+
+def print_serve_summary(summary: pd.DataFrame, title: str, console: Console | None = None) -> None:
+    """engine=openai: throughput, latency percentiles, server counters and every error."""
+    console = console or Console()
+    t = Table(title=title, title_justify="left")
+    for col in ("task", "method", "k", "T", "c", "prompts", "req", "errors", "tok/s",
+                "base tok/s", "speedup", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
+                "ITL p50/p99 ms", "τ", "α", "exact"):
+        t.add_column(col, justify="left" if col in ("task", "method") else "right")
+    for r in summary.itertuples():
+        errs = {e: getattr(r, f"errors_{e}") for e in ("connection", "timeout", "http",
+                                                      "protocol")}
+        shown = ", ".join(f"{v} {e}" for e, v in errs.items() if v) or "0"
+        if isinstance(r.not_started, (int, float)) and r.not_started == r.not_started \
+                and r.not_started:
+            shown += f", {int(r.not_started)} not started"
+        t.add_row(str(r.task), str(r.method), str(r.k), _f(r.temperature, "{:g}"),
+                  str(r.concurrency), str(r.n_prompts), str(r.requests), shown,
+                  _f(r.tokens_per_s, "{:.1f}"), _f(r.baseline_tokens_per_s, "{:.1f}"),
+                  _f(r.speedup, "{:.2f}×"),
+                  f"{_f(r.ttft_p50_ms, '{:.0f}')}/{_f(r.ttft_p99_ms, '{:.0f}')}",
+                  f"{_f(r.tpot_p50_ms, '{:.1f}')}/{_f(r.tpot_p99_ms, '{:.1f}')}",
+                  f"{_f(r.itl_p50_ms, '{:.1f}')}/{_f(r.itl_p99_ms, '{:.1f}')}",
+                  _f(r.tau), _f(r.acceptance_rate), _f(r.exact_match, "{:.2f}"))
+    console.print(t)

@@ -145,3 +145,43 @@ def load_engine(path: Path, target):
                            for k, v in state.items()})
     draft = draft.to(target.dtype).to(target.device).eval().requires_grad_(False)
     return HFEngine(draft), d2t
+
+
+class ScatterHead(nn.Module):
+    """The reduced head as a full-vocabulary output layer: logits of the V_d draft tokens at
+    their target ids (`d2t`), −inf elsewhere, so argmax and softmax match the draft's own."""
+
+    def __init__(self, weight: torch.Tensor, d2t: torch.Tensor, vocab: int):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)  # (V_d, H)
+        self.register_buffer("d2t", d2t.long())
+        self.vocab = vocab
+
+    def forward(self, x):  # (B, n, H) → (B, n, V)
+        small = nn.functional.linear(x, self.weight)
+        full = small.new_full((*small.shape[:-1], self.vocab), float("-inf"))
+        return full.index_copy_(-1, self.d2t, small)
+
+
+def to_transformers(path: Path, target):
+    """The distilled draft as a plain transformers LlamaForCausalLM (what transformers' assisted
+    generation takes): the target's embeddings (shared storage), the stored layers and norm, and
+    the reduced head scattered to the full vocabulary. Same dtype and device as `target`."""
+    import copy
+
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    cfg = copy.deepcopy(AutoConfig.from_pretrained(path))
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config
+    cfg.tie_word_embeddings = False
+    state = load_file(str(Path(path) / "model.safetensors"))
+    model = LlamaForCausalLM(cfg)
+    model.model.embed_tokens.weight = target.get_input_embeddings().weight
+    got = model.model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()
+                                       if k.startswith("model.")}, strict=False)
+    if got.unexpected_keys or set(got.missing_keys) != {"embed_tokens.weight"}:
+        raise ValueError(f"{path}: not a distilled draft's layers ({got})")
+    dtype = target.get_input_embeddings().weight.dtype
+    model.lm_head = ScatterHead(state["head.weight"].to(dtype), state["d2t"], cfg.vocab_size)
+    return model.to(dtype).to(target.device).eval().requires_grad_(False)

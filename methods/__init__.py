@@ -7,4 +7,7 @@ To add a method `foo`:
 2. `conf/method/foo.yaml`: `_target_: methods.foo.Foo`, `name: foo`, `k: <default>`, knobs.
 Then `python -m bench method=foo` runs it against the interleaved `ar` baseline, and the greedy
 losslessness test in `tests/` should include it.
+A peer implemented elsewhere that decodes a whole turn itself (transformers' `generate()`:
+`hf_pld`, `hf_assisted`) subclasses `methods.hf_generate.HFGenerate` instead and names its
+`generate()` arguments; `bench.wholeturn` runs it under the same clock, budget and verdict.
 """

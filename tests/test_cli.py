@@ -68,7 +68,10 @@ def test_sweep_runs_each_job(tiny_target_dir, tmp_path):
 
 BAD = [
     (["method=eagle9"], "method='eagle9' is unknown; choose one of: ar, draft, eagle, eagle3, "
-                        "medusa, ngram"),
+                        "hf_assisted, hf_pld, medusa, ngram"),
+    (["method=hf_pld", "engine=lean"], "method=hf_pld runs transformers' generate() and needs "
+                                       "engine=hf"),
+    (["method=hf_assisted", "method.schedule=often"], "method.schedule='often' is not valid"),
     (["task=nope"], "task='nope' is unknown"),
     (["model=nope"], "model='nope' is unknown"),
     (["tempreature=1"], "unknown setting 'tempreature'"),
@@ -77,7 +80,8 @@ BAD = [
     (["max_new_tokens=0"], "max_new_tokens=0 is not valid"),
     (["model.dtype=float8"], "model.dtype='float8' is not valid; choose one of: auto, float32, "
                              "bfloat16, float16"),
-    (["engine=turbo"], "engine='turbo' is not valid; choose one of: auto, hf, lean"),
+    (["engine=turbo"], "engine='turbo' is not valid; choose one of: auto, hf, lean, "
+                          "openai"),
     (["k=abc"], "k='abc' is not valid; k takes an integer"),
     (["limit=abc"], "limit='abc' is not valid; limit takes an integer"),
     (["temperature=hot"], "temperature='hot' is not valid; temperature takes a number"),
@@ -101,6 +105,15 @@ BAD = [
     (["model.weights=int3"], "model.weights='int3' is not valid; choose one of: auto, float32, "
                              "bfloat16, float16, int8, int4"),
     (["model.kernel=fast"], "model.kernel='fast' is not valid; choose one of: auto, aten, onednn"),
+    (["engine=openai"], "engine=openai needs a server: server=llamacpp|sglang|vllm"),
+    (["server=vllm"], "server=vllm needs engine=openai"),
+    (["engine=openai", "server=vllm", "concurrency=0"], "concurrency=0 is not valid"),
+    (["engine=openai", "server=vllm", "server.host=10.0.0.5"], "server.host='10.0.0.5': the "
+                                                               "suite starts its server"),
+    (["engine=openai", "server=vllm", "server.venv=/nonexistent", "server.cmd=[nosuchserver]"],
+     "server=vllm: 'nosuchserver' is not in /nonexistent/bin or PATH"),
+    (["engine=openai", "server=vllm", "method=medusa"], "server=vllm has no speculative "
+                                                        "arguments for method=medusa"),
     (["engine=hf", "model.weights=int4"], "model.weights='int4' needs engine=lean"),
     (["device=tpu"], "device='tpu' is unknown"),
     (["model=hf", "model.target=/nonexistent/model"], "cannot load model '/nonexistent/model'"),

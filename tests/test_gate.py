@@ -87,6 +87,8 @@ def test_baseline_from_another_model_blocks():
 
 def test_all_methods_come_from_the_config_group():
     assert gate.method_names({"methods": "all"}) == group_options("method")
+    skipped = gate.method_names({"methods": "all", "skip_methods": ["hf_pld", "hf_assisted"]})
+    assert set(group_options("method")) - set(skipped) == {"hf_pld", "hf_assisted"}
     with pytest.raises(Exception, match="unknown"):
         gate.method_names({"methods": ["nope"]})
 

@@ -1,0 +1,35 @@
+"""What `hf_pld` and `hf_assisted` share: transformers' own `generate()` as the method.
+
+These are in-run peers, not our implementations: transformers decodes the whole turn with its
+own candidate generator, verification and acceptance, and `bench.wholeturn` drives it under our
+clock, budget, EOS ids and verdict. A subclass names the `generate()` arguments of its mode and,
+if it drafts with a model, that model (`assistant`), whose forwards the clock counts as `draft`.
+They need the transformers model itself, so they run on engine=hf only (engine=auto picks hf
+for them; `bench.config.validate` refuses engine=lean in one line).
+"""
+from __future__ import annotations
+
+from methods.base import Method
+
+ENGINE = "hf"  # the only engine these methods run on (bench.config.validate)
+
+
+class HFGenerate(Method):
+    whole_turn = True  # bench.loop hands the turn to bench.wholeturn.generate_whole
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        if ctx.target.name != ENGINE or not hasattr(ctx.target, "model"):
+            from bench.errors import UserError
+
+            raise UserError(f"method={cfg.name} runs transformers' generate() and needs "
+                            f"engine=hf (the transformers model); engine={ctx.target.name} has none")
+        self.k = int(ctx.k(cfg))
+
+    def generate_kwargs(self) -> dict:
+        """The `generate()` arguments that select this speculative mode."""
+        raise NotImplementedError
+
+    def assistant(self):
+        """The transformers model that drafts (its forwards are the draft phase), or None."""
+        return None

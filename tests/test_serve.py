@@ -1,0 +1,228 @@
+"""engine=openai without a model server: Prometheus parsing and the τ/α arithmetic, the load's
+bounds, the client's failure kinds on real sockets, the server command, and the cell summary.
+The real server (vLLM on 127.0.0.1) is exercised in test_server_vllm.py."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+from bench.serve import client, scrape
+from bench.serve.load import arrivals, run_pass
+from bench.serve.summary import SERVE_COLUMNS, summarize
+from conftest import compose
+from tasks.loader import Prompt
+
+VLLM_TEXT = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="smol"} 40.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="smol"} 120.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="smol"} 60.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="smol",position="0"} 30.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="smol",position="1"} 20.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="smol",position="2"} 10.0
+vllm:generation_tokens_total{engine="0",model_name="smol"} 180.0
+vllm:generation_tokens_total{engine="1",model_name="smol"} 20.0
+vllm:num_requests_running{engine="0",model_name="smol"} 0.0
+"""
+
+
+def test_counters_sum_labels_and_read_positions():
+    c = scrape.counters(VLLM_TEXT, "vllm")
+    assert c == {"drafts": 40, "draft_tokens": 120, "accepted_tokens": 60,
+                 "accepted_per_pos": [30, 20, 10], "generated_tokens": 200}
+    assert scrape.counters(VLLM_TEXT, "none") == {}
+
+
+def test_difference_and_speculation_match_our_definitions():
+    before = scrape.counters(VLLM_TEXT, "vllm")
+    after = scrape.counters(VLLM_TEXT.replace("40.0", "50.0").replace(" 120.0", " 150.0")
+                            .replace(" 60.0", " 75.0").replace(" 30.0", " 36.0")
+                            .replace(" 20.0\n", " 25.0\n", 1).replace(" 180.0", " 225.0"), "vllm")
+    d = scrape.difference(after, before)
+    assert d["drafts"] == 10 and d["draft_tokens"] == 30 and d["accepted_tokens"] == 15
+    assert d["generated_tokens"] == 45
+    s = scrape.speculation(d, new_tokens=45)
+    # 45 tokens, 15 of them accepted drafts: 30 target forwards, τ = 1.5
+    assert s["target_forwards"] == 30 and s["tau"] == pytest.approx(1.5)
+    assert s["acceptance_rate"] == pytest.approx(0.5)
+    assert s["alpha_per_pos"][0] == pytest.approx(0.6)  # 6 of 10 drafts accepted position 0
+    assert scrape.speculation({}, 10)["tau"] is None  # no counters: nothing claimed
+
+
+def test_sglang_gauges():
+    text = ('sglang:spec_accept_length{model_name="m"} 2.5\n'
+            'sglang:spec_accept_rate{model_name="m"} 0.4\n')
+    g = scrape.counters(text, "sglang")
+    assert g == {"accept_length": 2.5, "accept_rate": 0.4}
+    s = scrape.speculation(scrape.difference(g, {}), 100)
+    assert s["tau"] == 2.5 and s["acceptance_rate"] == 0.4 and s["source"] == "gauge"
+
+
+def test_poisson_arrivals_are_seeded_and_paced():
+    a = arrivals(2000, 20.0, seed=1)
+    assert a == arrivals(2000, 20.0, seed=1) and a[0] == 0.0
+    assert 2000 / a[-1] == pytest.approx(20.0, rel=0.1)
+    assert arrivals(3, None, 0) == [0.0, 0.0, 0.0]
+
+
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_connection_error_is_counted_not_raised():
+    r = client.stream("127.0.0.1", closed_port(), "chat", {"model": "m"}, timeout=5)
+    assert r.error == "connection" and r.ttft_s is None
+
+
+def test_silent_server_is_a_timeout():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)  # accepts connections, never answers
+    try:
+        t0 = time.perf_counter()
+        r = client.stream("127.0.0.1", listener.getsockname()[1], "completions", {}, timeout=1)
+        assert r.error == "timeout" and time.perf_counter() - t0 < 10
+    finally:
+        listener.close()
+
+
+def prompts(n):
+    return [Prompt(f"p{i}", "code", "code", [f"q{i}", f"r{i}"]) for i in range(n)]
+
+
+def test_pass_respects_concurrency_count_and_time():
+    live, peak, lock = [0], [0], threading.Lock()
+
+    def send(prompt, turn, messages):
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        time.sleep(0.05)
+        with lock:
+            live[0] -= 1
+        r = client.Reply(text=f"a{turn}", sent=time.perf_counter())
+        r.chunk_times, r.end = [r.sent], time.perf_counter()
+        return r
+
+    res = run_pass(prompts(3), send, concurrency=2, rate=None, num_requests=7, max_time_s=60,
+                   seed=0)
+    assert res.started == 7 and res.not_started == 0 and peak[0] == 2
+    assert len(res.turns) == 14  # two turns each, prompts cycled
+    second = [t for t in res.turns if t.turn == 1][0]
+    assert second.messages[1] == {"role": "assistant", "content": "a0"}  # turn 2 sees turn 1
+    res = run_pass(prompts(3), send, concurrency=1, rate=None, num_requests=50, max_time_s=0.3,
+                   seed=0)
+    assert 0 < res.started < 50 and res.started + res.not_started == 50
+
+
+def test_failed_turn_ends_its_conversation():
+    port = closed_port()
+    send = lambda p, t, m: client.stream("127.0.0.1", port, "chat", {}, timeout=2)  # noqa: E731
+    res = run_pass(prompts(2), send, concurrency=2, rate=None, num_requests=2, max_time_s=30,
+                   seed=0)
+    assert [t.reply.error for t in res.turns] == ["connection", "connection"]
+    assert all(t.turn == 0 for t in res.turns)
+
+
+def test_server_command_fills_placeholders(tmp_path):
+    from bench.serve.server import command
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    cfg = compose(["engine=openai", "server=vllm", "method=eagle3", "k=3", f"server.venv={venv}"])
+    plain, spec = command(cfg, "baseline"), command(cfg, "method")
+    assert plain[0] == str(venv / "bin" / "python") and "--speculative-config" not in plain
+    assert spec[:len(plain)] == plain
+    conf = json.loads(spec[-1])
+    assert conf["method"] == "eagle3" and conf["num_speculative_tokens"] == 3
+    assert conf["model"].endswith("artifacts/smollm2-135m/eagle3")
+    assert plain[plain.index("--port") + 1] == "18011"
+    assert plain[plain.index("--dtype") + 1] == "float32"
+    sg = command(compose(["engine=openai", "server=sglang", "method=eagle3", "k=3",
+                          f"server.venv={venv}"]), "method")
+    assert sg[sg.index("--speculative-num-steps") + 1] == "3"
+    assert sg[sg.index("--speculative-num-draft-tokens") + 1] == "4"  # a chain: steps + 1
+    ng = json.loads(command(compose(["engine=openai", "server=vllm", "method=ngram",
+                                     f"server.venv={venv}"]), "method")[-1])
+    assert ng == {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_min": 1,
+                  "prompt_lookup_max": 3}
+
+
+def record(role, prompt_id, turn, repeat=0, error=None, verdict=None, new=10, wall=1.0,
+           ttft=0.1, task="code"):
+    return {"task": task, "prompt_id": prompt_id, "turn": turn, "repeat": repeat, "role": role,
+            "temperature": 0.0, "error": error, "verdict": verdict,
+            "new_tokens": 0 if error else new, "wall_s": wall, "ttft_s": None if error else ttft,
+            "tpot_s": None if error else (wall - ttft) / (new - 1),
+            "itl_s": [] if error else [0.1] * (new - 1)}
+
+
+def test_summary_counts_errors_and_reads_counters():
+    recs = pd.DataFrame([
+        record("baseline", "a", 0), record("baseline", "b", 0),
+        record("method", "a", 0, verdict="exact", wall=0.5),
+        record("method", "b", 0, verdict="mismatch", wall=0.5),
+        record("method", "c", 0, error="http_400"), record("method", "d", 0, error="timeout"),
+    ])
+    passes = [
+        {"role": "baseline", "repeat": 0, "throughput_tok_s": 10.0, "new_tokens": 20,
+         "not_started": 0, "counters": {}},
+        {"role": "method", "repeat": 0, "throughput_tok_s": 20.0, "new_tokens": 20,
+         "not_started": 3, "counters": {"drafts": 5, "draft_tokens": 10, "accepted_tokens": 5,
+                                        "accepted_per_pos": [4, 1], "generated_tokens": 20}},
+    ]
+    ident = {"method": "ngram", "k": 2, "temperature": 0.0, "device": "cpu",
+             "engine": "openai/vllm", "weights": "bfloat16", "dtype": "bfloat16",
+             "server": "vllm", "concurrency": 4, "request_rate": None}
+    s = summarize(recs, passes, ident)
+    assert list(s.columns) == SERVE_COLUMNS and len(s) == 1
+    r = s.iloc[0]
+    assert r.requests == 4 and r.errors_http == 1 and r.errors_timeout == 1
+    assert r.errors_connection == 0 and r.not_started == 3
+    assert r.speedup == pytest.approx(2.0) and r.tau == pytest.approx(20 / 15)
+    assert json.loads(r.alpha_per_pos) == [0.8, 0.2]
+    assert r.exact_match == pytest.approx(0.5)  # a exact, b mismatch (c, d: no verdict)
+    assert r.ttft_p50_ms == pytest.approx(100.0) and r.itl_p99_ms == pytest.approx(100.0)
+
+
+def test_verdicts_judge_the_first_copy_of_each_turn():
+    from types import SimpleNamespace
+
+    from bench.serve.cell import Cell, first_copies
+    from bench.serve.load import PassResult, Turn
+    from conftest import tiny_tokenizer
+
+    p, q = prompts(2)
+
+    def result(texts):  # texts: [(conv, prompt, turn, text, messages)]
+        res = PassResult()
+        for conv, pr, turn, text, msgs in texts:
+            res.turns.append(Turn(conv, pr, turn, msgs, client.Reply(text=text)))
+        return res
+
+    m0 = [{"role": "user", "content": "q0"}]
+    m1 = m0 + [{"role": "assistant", "content": "the sum"}, {"role": "user", "content": "r0"}]
+    m1x = m0 + [{"role": "assistant", "content": "the sea"}, {"role": "user", "content": "r0"}]
+    base = result([(0, p, 0, "the sum", m0), (0, p, 1, "two three", m1),
+                   (1, q, 0, "a poem", [{"role": "user", "content": "q1"}])])
+    spec = result([(0, p, 0, "the sea", m0), (0, p, 1, "two three", m1x),
+                   (1, q, 0, "a poem", [{"role": "user", "content": "q1"}]),
+                   (2, q, 0, "other copy", [{"role": "user", "content": "q1"}])])
+    cell = SimpleNamespace(cfg=SimpleNamespace(temperature=0.0), tokenizer=tiny_tokenizer())
+    v = Cell.verdicts(cell, base, spec)
+    assert v[("p0", 0)] == {"verdict": "mismatch", "first_divergence": 1}  # "the" agrees
+    assert v[("p0", 1)] == {"verdict": "after-divergence"}  # its prompt already differs
+    assert v[("p1", 0)] == {"verdict": "exact"}  # judged on conversation 1, not the copy
+    assert first_copies(spec)[("p1", 0)].conv == 1
+    cell.cfg.temperature = 1.0
+    assert Cell.verdicts(cell, base, spec) == {}
