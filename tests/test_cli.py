@@ -68,7 +68,7 @@ def test_sweep_runs_each_job(tiny_target_dir, tmp_path):
 
 BAD = [
     (["method=eagle9"], "method='eagle9' is unknown; choose one of: ar, draft, eagle, eagle3, "
-                        "medusa, ngram"),
+                        "lookahead, medusa, ngram, recycling, sam, suffix"),
     (["task=nope"], "task='nope' is unknown"),
     (["model=nope"], "model='nope' is unknown"),
     (["tempreature=1"], "unknown setting 'tempreature'"),
