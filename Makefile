@@ -1,6 +1,6 @@
 # specsweep — make help lists the targets.
 PY ?= python3
-SWEEP ?= -m method=ngram,hf_pld,draft,hf_assisted,medusa,eagle,eagle3 task=core limit=2 max_new_tokens=64 repeats=2
+SWEEP ?= -m method=ngram,hf_pld,suffix,sam,recycling,lookahead,draft,hf_assisted,medusa,eagle,eagle3 task=core limit=2 max_new_tokens=64 repeats=2
 RUNS ?=
 # where install-vllm puts the server's own virtualenv (conf/server/vllm.yaml reads the same variable)
 SPECSWEEP_VENVS ?= $(HOME)/.cache/specsweep/venvs

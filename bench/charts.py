@@ -24,7 +24,8 @@ from matplotlib.transforms import offset_copy  # noqa: E402
 # Fixed colours for the methods specsweep ships or is likely to ship; others get spares in order.
 FIXED = {"ar": "#6e6e6e", "baseline": "#6e6e6e", "ngram": "#1f77b4", "draft": "#ff7f0e",
          "medusa": "#2ca02c", "eagle": "#d62728", "eagle2": "#9467bd", "eagle3": "#8c564b",
-         "hydra": "#e377c2", "lookahead": "#bcbd22", "rest": "#17becf",
+         "hydra": "#e377c2", "lookahead": "#bcbd22", "rest": "#17becf", "suffix": "#aec7e8",
+         "sam": "#98df8a", "sam+eagle": "#ff9896", "recycling": "#c5b0d5",
          "pld": "#1f77b4", "sps": "#ff7f0e"}  # Spec-Bench names of ngram and draft
 SPARE = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#31a354",
          "#756bb1", "#636363", "#e6550d"]

@@ -8,6 +8,7 @@ The loop owns the stopping rule, the token count and the clock:
       draft  — method.draft   → Proposal (0..k tokens, or a tree)
       verify — method.verify  → one target forward over the proposal
       other  — method.accept  → accepted tokens (+ cache rollback); truncation, EOS check
+    then method.finish, untimed (the turn's output is final)
 
 Every method, the baseline included, goes through this one function; transformers' own
 speculative modes (`hf_pld`, `hf_assisted`: one `generate()` per turn) go through its sibling
@@ -109,6 +110,7 @@ def generate(method, prompt_ids: list[int], max_new_tokens: int, sampling: Sampl
         _bump(res.accepted_per_pos, acc.n_draft_accepted)
 
     res.times_ns = clock.read()
+    method.finish(state)  # untimed: cross-turn state (e.g. suffix's response cache)
     res.output_ids = state.ids[state.n_prompt : state.length].tolist()
     res.extra_bytes = method.extra_bytes(state)
     return res

@@ -1,10 +1,15 @@
-"""Token trees and the tree accept rule: recursive rejection sampling over sibling candidates.
+"""Token trees: their one numbering, their shape, and the tree accept rule.
 
-A drafted tree hangs below the root, the last committed token. Node i has a parent
-(`parents[i] < i`, −1 for a child of the root), a token, and — when the drafter sampled it — the
-draft distribution q_i of its parent's position that its token was drawn from. A tree method
-(Medusa, EAGLE) verifies every node in one tree-masked target forward and passes
-p (n+1, V): row 0 the target's next-token distribution at the root, row i+1 at node i.
+Numbering (used everywhere, never converted): a drafted tree hangs below the root, the last
+committed token; its N nodes are listed parents first, node i has `parents[i] < i`, or −1 when
+it is a child of the root. A verify forward's rows are [root, node 0, .., node N−1]: node i is
+row i + 1 (bench.treeverify).
+
+`TreeLayout` is a shape (parents, depths, the ancestor matrix behind the attention mask);
+`Tree` is a drafted tree (a shape's parents, its tokens, and — when the drafter sampled them —
+the draft distribution q_i of its parent's position that token i was drawn from). A tree method
+verifies every node in one tree-masked target forward and passes p (N+1, V): row 0 the target's
+next-token distribution at the root, row i+1 at node i.
 
 The rule (SpecInfer's multi-candidate verification; without replacement as in recursive
 speculative decoding), lossless for any tree:
@@ -27,7 +32,66 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.sampling import point_mass, residual, sample
+from bench.sampling import SamplingParams, point_mass, probs, residual, sample
+
+
+def children_of(parents) -> list[list[int]]:
+    """[0]: the root's children; [i + 1]: node i's, in index order."""
+    out: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for i, a in enumerate(parents):
+        out[a + 1].append(i)
+    return out
+
+
+@dataclass(frozen=True)
+class TreeLayout:
+    """The shape of a tree, independent of its tokens."""
+    parents: tuple[int, ...]  # (N,) parent node index; −1: child of the root
+    depth: torch.Tensor  # (N+1,) long, per verify row: root 0, node i at row i + 1
+    ancestors: torch.Tensor  # (N+1, N+1) bool, rows as above: [i, j] = j is i or above i
+
+    @property
+    def size(self) -> int:
+        return len(self.parents)
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max())
+
+    def children(self) -> list[list[int]]:
+        return children_of(self.parents)
+
+    @classmethod
+    def from_parents(cls, parents) -> "TreeLayout":
+        parents = tuple(int(a) for a in parents)
+        n = len(parents)
+        above: list[list[int]] = [[0]]  # verify rows each row sees: itself and its ancestors
+        depth = [0]
+        for i, a in enumerate(parents):
+            if not -1 <= a < i:
+                raise ValueError(f"tree node {i} has parent {a}: parents must come first "
+                                 f"(−1 <= parents[i] < i)")
+            above.append(above[a + 1] + [i + 1])
+            depth.append(depth[a + 1] + 1)
+        anc = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+        rows = [r for r, cols in enumerate(above) for _ in cols]
+        anc[rows, [c for cols in above for c in cols]] = True
+        return cls(parents, torch.tensor(depth), anc)
+
+    @classmethod
+    def from_paths(cls, paths) -> tuple["TreeLayout", list[tuple[int, ...]]]:
+        """A static tree given as paths of child ranks (Medusa's `medusa_choices` form).
+
+        Returns the layout and the paths in node order (by depth, then rank): node i is
+        path order[i]. Every prefix of a path must be a path too.
+        """
+        order, parents = parents_from_paths([tuple(p) for p in paths])
+        return cls.from_parents(parents), order
+
+    @classmethod
+    def chain(cls, n: int) -> "TreeLayout":
+        """x_1..x_n as a tree: node i's parent is node i − 1."""
+        return cls.from_parents(range(-1, n - 1))
 
 
 @dataclass
@@ -54,10 +118,7 @@ class Tree:
 
     def children(self) -> list[list[int]]:
         """children()[0]: the root's children; children()[i + 1]: node i's, in index order."""
-        out: list[list[int]] = [[] for _ in range(self.size + 1)]
-        for i, a in enumerate(self.parents):
-            out[a + 1].append(i)
-        return out
+        return children_of(self.parents)
 
     def depths(self) -> list[int]:
         """Depth of each node: 1 for a child of the root (its position after the last token)."""
@@ -139,3 +200,12 @@ def accept_tree_greedy(scores: torch.Tensor, tree: Tree) -> tuple[list[int], int
             return path, target[row]
         path.append(nxt)
         row = nxt + 1
+
+
+def accept(logits: torch.Tensor, tree: Tree, sampling: SamplingParams,
+           generator: torch.Generator | None) -> tuple[list[int], int]:
+    """The tree rule for a run's sampling: greedy at T = 0, recursive rejection otherwise.
+    logits (n+1, V), row 0 the root → (accepted path as node indices, the token after it)."""
+    if sampling.greedy:
+        return accept_tree_greedy(logits, tree)
+    return accept_tree(probs(logits, sampling), tree, generator)

@@ -27,11 +27,22 @@ class Out:
     hidden: dict = field(default_factory=dict)
 
 
-def tree_mask(ancestors: torch.Tensor, cached: int) -> torch.Tensor:
-    """ancestors (n, n) bool ([i, j]: j is i or an ancestor of i) → (1, n, cached + n) mask."""
-    n = ancestors.shape[0]
-    seen = torch.ones(n, cached, dtype=torch.bool, device=ancestors.device)
-    return torch.cat([seen, ancestors], dim=1)[None]
+def tree_mask(visible: torch.Tensor, cached: int) -> torch.Tensor:
+    """The one attention-mask builder: every cached position, then the new block.
+
+    visible (n, m) bool, [i, j]: new row i sees the j-th of the last m keys (a tree's ancestor
+    matrix, m = n; a drafter's tree cache and its new rows, m ≥ n) → (1, n, cached + m) bool.
+    """
+    n = visible.shape[0]
+    seen = torch.ones(n, cached, dtype=torch.bool, device=visible.device)
+    return torch.cat([seen, visible], dim=1)[None]
+
+
+def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask (True: attend) as the additive float mask attention kernels take:
+    0 where allowed, the dtype's minimum elsewhere."""
+    out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return out.masked_fill_(~mask, torch.finfo(dtype).min)
 
 
 class Engine:

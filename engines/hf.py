@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import torch
 
-from engines.base import Engine, Out
+from engines.base import Engine, Out, additive
 from engines.cache import HFCache
 
 
@@ -41,8 +41,7 @@ class HFEngine(Engine):
         if positions is not None:
             kw["position_ids"] = positions
         if mask is not None:
-            m = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device)
-            kw["attention_mask"] = m.masked_fill_(~mask, torch.finfo(self.dtype).min)[:, None]
+            kw["attention_mask"] = additive(mask, self.dtype)[:, None]
         if hidden:
             kw["output_hidden_states"] = True
         out = self.model(input_ids=ids, **kw)

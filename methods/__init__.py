@@ -2,8 +2,11 @@
 
 To add a method `foo`:
 1. `methods/foo.py`: subclass `methods.base.Method`, set `name = "foo"`, override `draft`
-   (and `prefill`, `accept`, `verify` if the drafter keeps state or verifies a tree).
-   Keep per-turn state in `state.aux`; never time anything; never decide when to stop.
+   (and `prefill`, `accept`, `verify` if the drafter keeps state). A method that drafts a tree
+   (or a chain it wants verified as one) subclasses `methods.base.TreeMethod`, returns a
+   `TreeProposal` and inherits the shared verify and accept; `after_accept` reads the forward.
+   Keep per-turn state in `state.aux`; state that outlives a turn (a cross-request cache) on
+   the method object, updated in `finish`; never time anything; never decide when to stop.
 2. `conf/method/foo.yaml`: `_target_: methods.foo.Foo`, `name: foo`, `k: <default>`, knobs.
 Then `python -m bench method=foo` runs it against the interleaved `ar` baseline, and the greedy
 losslessness test in `tests/` should include it.

@@ -2,10 +2,13 @@
 
 The decode loop (`bench.loop`) calls, per turn, `start` and `prefill` once, then
 `draft`, `verify`, `accept` per round, timing each call as its phase. A method never times itself
-and never decides when generation stops. The defaults here implement chain speculation against
-the target; a drafter overrides `draft` (and `prefill`/`accept` if it keeps state), a tree method
-overrides `verify` and `accept` as well, accepting with `bench.tree.accept_tree` (T > 0) or
-`accept_tree_greedy` (T = 0). Sampling rules and their proofs: docs/sampling.md.
+and never decides when generation stops; after the last round it calls `finish` (untimed), where
+a method may update state it keeps across turns. The defaults here implement chain speculation
+against the target; a drafter overrides `draft` (and `prefill`/`accept` if it keeps state).
+A tree method subclasses `TreeMethod`: its `draft` returns a `TreeProposal`, and the one shared
+verify (bench.treeverify) and accept (bench.tree.accept) do the rest; `after_accept` lets it
+read the verify forward (hidden states, logits) for its drafter. Sampling rules and their
+proofs: docs/sampling.md.
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import torch
 
 from bench.sampling import accept_chain, accept_greedy, next_token, probs
 from bench.state import DecodeState
+from bench.tree import Tree, TreeLayout, accept as accept_tree
+from bench.treeverify import keep_path, verify_tree
 
 
 @dataclass
@@ -22,6 +27,19 @@ class Proposal:
     """Drafted continuation of the committed tokens: a chain x_1..x_m (m may be 0)."""
     tokens: torch.Tensor  # (m,) long
     q: torch.Tensor | None = None  # (m, V) draft probabilities at T > 0; None: point masses
+
+
+@dataclass
+class TreeProposal(Proposal):
+    """Drafted tree: tokens[i] is node i of `layout` (bench.tree's numbering). Only the first
+    `n_draft` nodes (default: all) are a draft; later ones ride along in the verify forward
+    without ever being accepted (lookahead's Jacobi window)."""
+    layout: TreeLayout | None = None
+    n_draft: int | None = None
+
+    def __post_init__(self):
+        if self.n_draft is None:
+            self.n_draft = self.layout.size
 
 
 @dataclass
@@ -67,6 +85,9 @@ class Method:
     def first_token(self, state: DecodeState, logits: torch.Tensor) -> int:
         return next_token(logits, state.sampling, state.generator)
 
+    def finish(self, state: DecodeState) -> None:
+        """The turn is over: `state.ids[state.n_prompt : state.length]` is its output."""
+
     # --- per round ---
     def draft(self, state: DecodeState) -> Proposal:
         return Proposal(tokens=state.ids.new_empty(0))
@@ -88,3 +109,36 @@ class Method:
         state.cache.crop(state.length + n)
         return Accepted(tokens=proposal.tokens[:n].tolist() + [nxt], n_draft_accepted=n,
                         drafted=m, depth=m)
+
+
+class TreeMethod(Method):
+    """A method whose draft is a token tree (a chain is a one-branch tree): one verify forward
+    with the tree mask, the tree rule, and the cache kept to the accepted path."""
+
+    hidden_layers: tuple = ()  # target hidden states the drafter reads from each verify
+
+    def verify(self, state: DecodeState, proposal: TreeProposal):
+        """→ (logits (N+1, V): row 0 the root, row i + 1 node i; hidden states asked for)."""
+        out = verify_tree(self.target, state.last, proposal.tokens, proposal.layout, state.cache,
+                          hidden=self.hidden_layers)
+        return out.logits[0], out.hidden
+
+    def accept_path(self, state: DecodeState, tree: Tree, logits: torch.Tensor):
+        """(accepted nodes from the root down, the token after them); the lossless tree rule."""
+        return accept_tree(logits, tree, state.sampling, state.generator)
+
+    def after_accept(self, state: DecodeState, proposal: TreeProposal, nodes: list[int],
+                     logits: torch.Tensor, hidden: dict) -> None:
+        """Read the verify forward for the drafter (before the accepted tokens are appended)."""
+
+    def accept(self, state: DecodeState, proposal: TreeProposal, verified) -> Accepted:
+        logits, hidden = verified
+        n = proposal.n_draft
+        tree = Tree(parents=proposal.layout.parents[:n], tokens=proposal.tokens[:n])
+        nodes, nxt = self.accept_path(state, tree, logits[: n + 1])
+        # cache: ids[:length-1] + root + every node; keep root + the accepted nodes
+        keep_path(state.cache, state.length - 1, nodes)
+        self.after_accept(state, proposal, nodes, logits, hidden)
+        depth = int(proposal.layout.depth[1 : n + 1].max()) if n else 0
+        return Accepted(tokens=[int(proposal.tokens[j]) for j in nodes] + [nxt],
+                        n_draft_accepted=len(nodes), drafted=n, depth=depth)

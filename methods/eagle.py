@@ -9,8 +9,11 @@ target feature is known (committed tokens except the last). Per round:
      cumulative draft log-probability; the `top_k` best new nodes form the next frontier;
   3. the `total_tokens` best-scored nodes of all drafted ones form the tree (a child never
      outscores its parent, so the choice is prefix-closed); the head's tree entries are dropped.
-The target verifies the tree (bench.treeattn); greedy follows the argmax path, T > 0 uses the
-tree rule with the candidates as point masses (lossless: the tree depends only on the draft).
+The target verifies the tree (methods.base.TreeMethod: bench.treeverify, bench.tree); greedy
+follows the argmax path, T > 0 uses the tree rule with the candidates as point masses (lossless:
+the tree depends only on the draft). The verify forward's features of the root and the accepted
+path join the head's pending input; they accumulate over rounds another drafter verified
+(`sam` with `fallback: eagle`).
 `total_tokens: auto` picks the node budget from timed target forwards (bench.budget).
 Knobs: heads (directory or Hub id; default model.eagle), k (= depth), top_k, total_tokens,
 budget_ratio, draft_vocab (eagle: score only the N most frequent tokens, drafters.draftvocab; needs
@@ -18,25 +21,15 @@ the frequency list our training stores; null: the full vocabulary). `methods.eag
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from bench import budget
 from bench.errors import UserError
 from bench.models import local_dir
-from bench.sampling import probs
+from bench.tree import TreeLayout
 from drafters import eagle as eagle_io
-from bench.tree import Tree, accept_tree, accept_tree_greedy
-from bench.treeattn import TreeLayout, keep_path, verify_tree
-from methods.base import Accepted, Method, Proposal
-
-
-@dataclass
-class TreeProposal(Proposal):
-    parents: list[int] | None = None  # bench.tree convention: −1 = child of the root
-    layout: TreeLayout | None = None
-    depth: int = 0
+from engines.base import additive, tree_mask
+from methods.base import TreeMethod, TreeProposal
 
 
 class HeadCache:
@@ -60,7 +53,7 @@ class HeadCache:
         return 0 if self.k is None else 2 * self.k.numel() * self.k.element_size()
 
 
-class Eagle(Method):
+class Eagle(TreeMethod):
     name = "eagle"
     kind = "eagle"
 
@@ -79,6 +72,7 @@ class Eagle(Method):
         if self.head.kind != self.kind:
             raise UserError(f"method.heads={str(src)!r} holds an {self.head.kind} head; use "
                             f"method={self.head.kind}")
+        self.hidden_layers = tuple(self.head.target_layers)
         frequent = (self.head_cfg.get("specsweep") or {}).get("frequent_ids")
         vocab = self.head.restrict(frequent, cfg.get("draft_vocab"))
         self.depth = int(ctx.k(cfg) or 6)
@@ -132,18 +126,13 @@ class Eagle(Method):
     def _step(self, cache: HeadCache, feat, ids, positions, tree_allowed=None):
         """Run the head on n inputs after the cache; tree_allowed (n, t) marks which of the
         cache's last t entries (the tree) each input sees; None: causal over the inputs."""
-        n, total = feat.shape[0], len(cache) + feat.shape[0]
-        dtype = feat.dtype
-        allowed = torch.ones(n, total, dtype=torch.bool, device=feat.device)
+        n, dev = feat.shape[0], feat.device
         if tree_allowed is None:
-            allowed[:, len(cache):] = torch.ones(n, n, dtype=torch.bool,
-                                                 device=feat.device).tril()
-        else:
-            t = tree_allowed.shape[1]
-            allowed[:, len(cache) - t : len(cache)] = tree_allowed
-            allowed[:, len(cache):] = torch.eye(n, dtype=torch.bool, device=feat.device)
-        mask = torch.zeros(1, 1, n, total, dtype=dtype, device=feat.device)
-        mask.masked_fill_(~allowed[None, None], torch.finfo(dtype).min)
+            visible = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
+        else:  # the tree's cached entries it is allowed, then itself
+            visible = torch.cat([tree_allowed, torch.eye(n, dtype=torch.bool, device=dev)], 1)
+        mask = additive(tree_mask(visible, len(cache) + n - visible.shape[1]), feat.dtype)
+        mask = mask[:, None]  # (1, 1, n, cached + n)
         out, k, v = self.head(feat[None], ids[None], positions[None], mask, cache.k, cache.v)
         cache.append(k, v)
         return out[0]
@@ -200,25 +189,11 @@ class Eagle(Method):
         index = {j: i for i, j in enumerate(keep)}
         parents = [index[all_par[j]] if all_par[j] >= 0 else -1 for j in keep]
         tokens = head.to_target(all_tok[keep])
-        layout = TreeLayout.from_parents([p + 1 for p in parents])
-        return TreeProposal(tokens=tokens, parents=parents, layout=layout,
-                            depth=int(layout.depth.max()))
+        return TreeProposal(tokens=tokens, layout=TreeLayout.from_parents(parents))
 
-    def verify(self, state, proposal: TreeProposal):
-        out = verify_tree(self.target, state.last, proposal.tokens, proposal.layout, state.cache,
-                          hidden=tuple(self.head.target_layers))
-        return out.logits[0], out.hidden
-
-    def accept(self, state, proposal: TreeProposal, verified) -> Accepted:
-        logits, hidden_states = verified
-        tree = Tree(parents=proposal.parents, tokens=proposal.tokens)  # point masses
-        if state.sampling.greedy:
-            nodes, nxt = accept_tree_greedy(logits, tree)
-        else:
-            nodes, nxt = accept_tree(probs(logits, state.sampling), tree, state.generator)
-        path = [j + 1 for j in nodes]  # verify rows; 0 = root
-        keep_path(state.cache, state.length - 1, path)
-        state.aux["pending"] = self._features(hidden_states, [0] + path)
-        return Accepted(tokens=[int(proposal.tokens[j]) for j in nodes] + [nxt],
-                        n_draft_accepted=len(nodes), drafted=proposal.layout.size,
-                        depth=proposal.depth)
+    def after_accept(self, state, proposal, nodes, logits, hidden) -> None:
+        # features of the verify rows of the root and the accepted path (row i + 1 = node i),
+        # after any the head has not consumed yet
+        feat = self._features(hidden, [0] + [j + 1 for j in nodes])
+        old = state.aux.get("pending")
+        state.aux["pending"] = feat if old is None else torch.cat([old, feat])

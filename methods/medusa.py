@@ -3,7 +3,7 @@
 Per round: the heads read h (the target's hidden state at the last accepted position, kept in
 state.aux from the previous verify), each head d proposes its top-k tokens for depth d + 1
 below the root (the last committed token), the configured tree picks which (depth, rank)
-candidates to verify, and one tree-masked target forward scores them all (bench.treeattn).
+candidates to verify, and one tree-masked target forward scores them all (methods.base.TreeMethod).
 Acceptance: greedy walks the argmax path; at T > 0 the tree rule (recursive rejection over
 siblings, point-mass candidates) keeps the target's distribution. `acceptance: typical` is
 Medusa's typical acceptance: faster, *lossy*, and reported under the name `medusa-typical`.
@@ -21,14 +21,14 @@ from bench.errors import UserError
 from bench.models import local_dir
 from bench.sampling import probs
 from drafters import medusa as heads_io
-from bench.tree import Tree, accept_tree, accept_tree_greedy
-from bench.treeattn import TreeLayout, keep_path, verify_tree
-from methods import trees
-from methods.base import Accepted, Method, Proposal
+from bench.tree import TreeLayout
+from methods import static_trees
+from methods.base import TreeMethod, TreeProposal
 
 
-class Medusa(Method):
+class Medusa(TreeMethod):
     name = "medusa"
+    hidden_layers = (-1,)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -50,19 +50,18 @@ class Medusa(Method):
         tree = cfg.get("tree", "auto")
         tree = OmegaConf.to_container(tree) if OmegaConf.is_config(tree) else tree
         try:
-            paths = trees.resolve(tree, hcfg.get("rank_accuracy"), int(cfg.get("tree_size", 10)),
-                                  depth, n)
+            paths = static_trees.resolve(tree, hcfg.get("rank_accuracy"),
+                                         int(cfg.get("tree_size", 10)), depth, n)
         except KeyError:
             raise UserError(f"method.tree={tree!r} is unknown; choose one of: auto, "
-                            f"{', '.join(trees.TREES)}, or a list of paths")
+                            f"{', '.join(static_trees.TREES)}, or a list of paths")
         except ValueError as e:
             raise UserError(f"method.tree: {e}")
         self.layout, order = TreeLayout.from_paths(paths)
-        self.parents = [int(a) - 1 for a in self.layout.parents]  # bench.tree's convention
         self.node_head = torch.tensor([len(p) - 1 for p in order], device=ctx.device)
         self.node_rank = torch.tensor([p[-1] for p in order], device=ctx.device)
         self.topk = int(self.node_rank.max()) + 1
-        self.depth = int(self.layout.depth.max())
+        self.depth = self.layout.max_depth
         self.lm_head = ctx.target.output_weight()
         # heads sharing the target's output layer may score only the most frequent tokens
         self.vocab = DraftVocab(self.lm_head, hcfg.get("frequent_ids"),
@@ -87,49 +86,37 @@ class Medusa(Method):
         state.aux["hidden"] = out.hidden[-1][0, -1]
         return out.logits[0, -1]
 
-    def draft(self, state) -> Proposal:
+    def draft(self, state) -> TreeProposal:
         # head d's logits at h predict the token d + 1 places below the root
         if self.heads.own is None:
             logits = self.vocab.logits(self.heads.features(state.aux["hidden"]))  # (heads, V')
         else:
             logits = self.heads.logits(state.aux["hidden"], self.lm_head)  # (heads, V)
         cand = self.vocab.to_target(logits.topk(self.topk, dim=-1).indices)  # (heads, topk)
-        return Proposal(tokens=cand[self.node_head, self.node_rank])
+        return TreeProposal(tokens=cand[self.node_head, self.node_rank], layout=self.layout)
 
-    def verify(self, state, proposal):
-        out = verify_tree(self.target, state.last, proposal.tokens, self.layout, state.cache,
-                          hidden=(-1,))
-        return out.logits[0], out.hidden[-1][0]
+    def accept_path(self, state, tree, logits):
+        if self.typical and not state.sampling.greedy:
+            return self._typical(logits, tree, state)
+        return super().accept_path(state, tree, logits)  # candidates are point masses
 
-    def accept(self, state, proposal, verified) -> Accepted:
-        logits, hidden = verified
-        tokens = proposal.tokens
-        tree = Tree(parents=self.parents, tokens=tokens)  # candidates are point masses
-        if state.sampling.greedy:
-            nodes, nxt = accept_tree_greedy(logits, tree)
-        elif self.typical:
-            nodes, nxt = self._typical(logits, tokens, state)
-        else:
-            nodes, nxt = accept_tree(probs(logits, state.sampling), tree, state.generator)
-        path = [j + 1 for j in nodes]  # node index → row of the verify forward (0 = root)
-        keep_path(state.cache, state.length - 1, path)
-        state.aux["hidden"] = hidden[path[-1] if path else 0]
-        return Accepted(tokens=[int(tokens[j - 1]) for j in path] + [nxt],
-                        n_draft_accepted=len(path), drafted=self.layout.size, depth=self.depth)
+    def after_accept(self, state, proposal, nodes, logits, hidden) -> None:
+        state.aux["hidden"] = hidden[-1][0, nodes[-1] + 1 if nodes else 0]
 
-    def _typical(self, logits, tokens, state) -> tuple[list[int], int]:
+    def _typical(self, logits, tree, state) -> tuple[list[int], int]:
         """Medusa's typical acceptance (lossy): accept x if p(x) > min(ε, δ·exp(−H(p))).
-        Returns node indices (0-based) like bench.tree."""
+        Returns node indices like bench.tree."""
         p = probs(logits, state.sampling)
         ent = -(p * p.clamp_min(1e-12).log()).sum(-1)
         thresh = torch.minimum(torch.full_like(ent, self.posterior_threshold),
                                self.posterior_alpha * torch.exp(-ent))
-        parents, node, path = self.layout.parents.tolist(), 0, []
+        kids, tokens, path = tree.children(), tree.tokens, []
+        row = 0  # verify row of the current node: 0 = root, i + 1 = node i
         while True:
-            kids = [j + 1 for j, par in enumerate(parents) if par == node
-                    and p[node, tokens[j]] > thresh[node]]
-            if not kids:
-                nxt = int(torch.multinomial(p[node], 1, generator=state.generator))
-                return [j - 1 for j in path], nxt
-            node = max(kids, key=lambda j: float(p[node, tokens[j - 1]]))
+            ok = [c for c in kids[row] if p[row, tokens[c]] > thresh[row]]
+            if not ok:
+                nxt = int(torch.multinomial(p[row], 1, generator=state.generator))
+                return path, nxt
+            node = max(ok, key=lambda c: float(p[row, tokens[c]]))
             path.append(node)
+            row = node + 1

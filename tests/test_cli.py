@@ -68,7 +68,8 @@ def test_sweep_runs_each_job(tiny_target_dir, tmp_path):
 
 BAD = [
     (["method=eagle9"], "method='eagle9' is unknown; choose one of: ar, draft, eagle, eagle3, "
-                        "hf_assisted, hf_pld, medusa, ngram"),
+                        "hf_assisted, hf_pld, lookahead, medusa, ngram, oracle, recycling, sam, "
+                        "suffix"),
     (["method=hf_pld", "engine=lean"], "method=hf_pld runs transformers' generate() and needs "
                                        "engine=hf"),
     (["method=hf_assisted", "method.schedule=often"], "method.schedule='often' is not valid"),

@@ -8,10 +8,11 @@ import torch
 from omegaconf import OmegaConf
 
 from drafters import medusa as heads_io
-from bench.treeattn import TreeLayout, keep_path, verify_tree
+from bench.tree import TreeLayout
+from bench.treeverify import keep_path, verify_tree
 from conftest import tiny_llama
 from engines.load import wrap
-from methods import trees
+from methods import static_trees
 from test_lossless_greedy import make_ctx, prompts, run
 from bench.runner import build_method
 
@@ -30,23 +31,23 @@ def test_tree_nodes_match_sequential_decoding(target):
     with torch.no_grad():
         target.forward(prompt[None, :-1], cache)
         out = verify_tree(target, prompt[-1:], tokens, layout, cache)
-        for j in range(1, layout.size + 1):
+        for j in range(layout.size):
             path, n = [], j
-            while n:
+            while n >= 0:
                 path.append(n)
-                n = int(layout.parents[n - 1])
-            seq = torch.cat([prompt, tokens[torch.tensor(path[::-1]) - 1]])
+                n = layout.parents[n]
+            seq = torch.cat([prompt, tokens[torch.tensor(path[::-1])]])
             ref = target.forward(seq[None], target.new_cache(32)).logits[0, -1]
-            assert torch.allclose(ref, out.logits[0, j], atol=1e-5)
-        keep_path(cache, 11, [1, 4])
+            assert torch.allclose(ref, out.logits[0, j + 1], atol=1e-5)  # node j: row j + 1
+        keep_path(cache, 11, [0, 3])
         assert cache.length == 14
 
 
 def test_sized_tree_is_prefix_closed_and_best_first():
     acc = [[0.6, 0.2, 0.1], [0.4, 0.2, 0.1], [0.3, 0.1, 0.05]]
-    paths = trees.sized_tree(acc, 4, 3)
+    paths = static_trees.sized_tree(acc, 4, 3)
     assert paths == [[0], [0, 0], [1], [0, 1]]  # 0.6, 0.24, 0.2, 0.12 beat [2] at 0.1
-    deep = trees.sized_tree(acc, 12, 2)
+    deep = static_trees.sized_tree(acc, 12, 2)
     assert all(p[:-1] in deep or len(p) == 1 for p in deep) and max(map(len, deep)) == 2
     TreeLayout.from_paths(paths)
 

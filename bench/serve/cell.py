@@ -183,10 +183,12 @@ class Cell:
                         first_base = res
                     v = self.verdicts(first_base, res) if role == "method" and r == 0 else {}
                     judged = first_copies(res)
+                    rows = []
                     for tr in res.turns:  # only a prompt's first copy in the pass is judged
                         key = (tr.prompt.id, tr.turn)
                         verdict = v.get(key, {}) if judged[key] is tr else {}
-                        writer.write(self.record(role, r, tr, verdict, t0))
+                        rows.append(self.record(role, r, tr, verdict, t0))
+                    writer.write_unit(rows)  # a pass's requests land together
                     passes_file.write(json.dumps(self.passes[-1]) + "\n")
                     passes_file.flush()
                     if progress:
@@ -200,7 +202,7 @@ class Cell:
         import sys
 
         return {"python": sys.version.split()[0], "platform": platform.platform(),
-                "device": str(self.s.device), "cpu": rec.cpu_name(), "cpu_count": os.cpu_count(),
+                "host": platform.node(), "device": str(self.s.device), "cpu": rec.cpu_name(), "cpu_count": os.cpu_count(),
                 "git_sha": rec.git_sha(), "model": str(self.cfg.model.target),
                 "dtype": str(self.s.dtype), "engine": f"openai/{self.s.name}",
                 "server": str(self.s.name), "server_version": self.server_version,

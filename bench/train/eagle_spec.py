@@ -30,6 +30,7 @@ from torch.nn import functional as F
 from drafters.draftvocab import inverse
 from bench.errors import UserError
 from drafters import eagle
+from engines.base import additive
 from bench.train.specs import SequenceSpec, answer_counts, frequent_ids
 
 
@@ -38,9 +39,7 @@ def unroll_mask(L: int, j: int, dtype, device) -> torch.Tensor:
     s = torch.arange(L, device=device)[:, None]
     t = torch.arange(L, device=device)[None, :]
     blocks = [t <= s - j + 1] + [t == s - j + i for i in range(2, j + 1)]
-    allowed = torch.cat(blocks, dim=1)
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
-    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+    return additive(torch.cat(blocks, dim=1), dtype)[None, None]
 
 
 class EagleSpec(SequenceSpec):

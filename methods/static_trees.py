@@ -1,8 +1,10 @@
-"""Static draft trees as data: named trees, and trees sized from measured head accuracies.
+"""Static draft tree shapes as data: named trees, and trees sized from measured head accuracies.
 
-A tree is a list of paths; a path lists, per depth d, the rank of the candidate taken from
-draft head d's top-k (Medusa's `medusa_choices` form): [0] is head 0's top-1, [0, 1] is head 1's
-second candidate placed after it. Every prefix of a path is also in the tree.
+A tree is a list of paths; a path lists, per depth d, the rank of the candidate taken at that
+depth (Medusa's `medusa_choices` form): for Medusa, [0] is head 0's top-1 and [0, 1] head 1's
+second candidate placed after it; for Token Recycling (methods.recycling), [0, 1] is the second
+stored successor of the first stored successor of the root token. Every prefix of a path is also
+in the tree. `bench.tree.TreeLayout.from_paths` turns one into a layout.
 """
 from __future__ import annotations
 

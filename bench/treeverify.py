@@ -1,0 +1,33 @@
+"""Verifying a token tree in one target forward, on any engine, and keeping the accepted path.
+
+The tree (bench.tree's numbering: node i has parent parents[i], −1 = the root r, the last
+committed token) is fed as [r, n_0..n_{N−1}], node i at row i + 1, with
+    position_ids = cached_len + depth        (root depth 0)
+    attention    = [every cached position | the row's own ancestors and itself]
+                   (engines.base.tree_mask over TreeLayout.ancestors)
+so each node's logits equal those of decoding its root-to-node path sequentially. Afterwards
+`keep_path` keeps only the cached positions of the root and the accepted nodes.
+"""
+from __future__ import annotations
+
+import torch
+
+from bench.tree import TreeLayout
+from engines.base import tree_mask
+
+
+def verify_tree(engine, root: torch.Tensor, tokens: torch.Tensor, layout: TreeLayout, cache,
+                hidden=()):
+    """One forward over [root, tokens] (root (1,), tokens (N,)) → engines.base.Out
+    (logits (1, N+1, V), and the hidden states asked for)."""
+    cached = cache.length
+    inp = torch.cat([root, tokens])[None]
+    pos = (cached + layout.depth.to(inp.device))[None]
+    mask = tree_mask(layout.ancestors.to(inp.device), cached)
+    return engine.forward(inp, cache, positions=pos, mask=mask, hidden=hidden)
+
+
+def keep_path(cache, cached: int, nodes: list[int]) -> None:
+    """After verify: keep `cached` positions, the root, and the accepted nodes (node i is at
+    offset i + 1 after the root)."""
+    cache.keep(cached, torch.tensor([0] + [i + 1 for i in nodes], dtype=torch.long))

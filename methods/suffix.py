@@ -1,0 +1,214 @@
+"""`suffix`: suffix decoding — draft by frequency from a suffix index of this turn and of earlier
+outputs (Oliaro, Jia, Campos, Qiao, "SuffixDecoding: Extreme Speculative Decoding for Emerging
+AI Applications", NeurIPS 2025, arXiv:2411.04975; Snowflake's Arctic Inference, in vLLM/SGLang).
+
+Two indices (drafters.suffix_automaton, substring counts up to `max_depth` tokens):
+- local: this turn's prompt + output, built in prefill, extended as tokens are committed;
+- global: the outputs of earlier turns of the run, the cross-request cache. It lives on the method
+  object, so it persists from prompt to prompt (and through warm-up and check=distribution); at
+  most `max_cached` outputs, the oldest evicted first. A turn's output joins it when the turn
+  ends (`finish`). With `reuse_same_prompt: false` a turn never drafts from the output of an
+  identical earlier prompt (Arctic's "a request id already cached is evicted at its start"):
+  measurement repeats of one prompt then measure the same thing. `true` lets them hit, as a
+  server would serve a repeated request.
+
+Per round, for each match length m = 1 .. min(max_depth, L) − 1 whose context suffix
+s = T[L−m..L−1] occurs in an index, a draft grows below s:
+
+    edge s·u → s·u·x  has probability  count(s·u·x) / count(s·u); a node's probability is the
+    product along its path (the empirical chance the continuation follows); nodes below
+    min_token_prob are never drafted;
+    chain: the most frequent child, repeatedly; tree: best-first over all nodes by probability;
+    at most min(k, ⌊max_spec_factor · m + max_spec_offset⌋) nodes, at most max_depth − m deep.
+
+A draft's score is the sum of its node probabilities (its expected accepted length); the best
+score over m and over both indices is drafted (ties: the longer match, then the local index).
+Drafts are point masses fixed before the target runs, verified as a chain or a tree with the
+shared tree rule (bench.tree), so the method is lossless at any temperature.
+
+arctic-inference (PyPI) ships this as a C++ extension, but only as an sdist whose build needs a
+C++20 compiler, CMake, nanobind, grpcio-tools, a pinned protobuf and its own torch in the build
+environment (7 minutes on 2 cores with a local torch wheel; a multi-GB CUDA torch otherwise),
+so specsweep carries its own index, tested against a brute-force counter (tests/test_suffix.py).
+Knobs: k, shape (chain | tree), max_depth, max_spec_factor, max_spec_offset, min_token_prob,
+max_cached, reuse_same_prompt.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+from bench.errors import UserError
+from bench.tree import TreeLayout
+from drafters.suffix_automaton import SuffixAutomaton
+from methods.base import TreeMethod, TreeProposal
+
+SHAPES = ("chain", "tree")
+
+
+@dataclass
+class Draft:
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)  # bench.tree: −1 = child of the root
+    score: float = 0.0  # Σ node probabilities
+    match_len: int = 0
+
+
+def grow(index: SuffixAutomaton, v: int, budget: int, depth: int, min_prob: float,
+         tree: bool, kids: dict) -> Draft:
+    """Best-first draft below state v: ≤ budget nodes, ≤ depth deep, probability ≥ min_prob.
+    `kids` memoises index.children per state within one round."""
+    out = Draft()
+    if budget <= 0 or depth <= 0:
+        return out
+    heap, tick = [], 0
+
+    def push(u: int, prob: float, parent: int, level: int) -> None:
+        nonlocal tick
+        if level >= depth:
+            return
+        if u not in kids:
+            kids[u] = index.children(u)
+        for x, c in kids[u]:
+            p = prob * index.count[c] / index.count[u]
+            if p < min_prob:
+                break  # children come most frequent first
+            heapq.heappush(heap, (-p, tick, x, c, parent, level + 1))
+            tick += 1
+            if not tree:
+                break  # a chain follows the most frequent child only
+
+    push(v, 1.0, -1, 0)
+    while heap and len(out.tokens) < budget:
+        neg, _, x, c, parent, level = heapq.heappop(heap)
+        out.tokens.append(x)
+        out.parents.append(parent)
+        out.score -= neg
+        push(c, -neg, len(out.tokens) - 1, level)
+    return out
+
+
+def speculate(index: SuffixAutomaton, v: int, n: int, longest: int, k: int, factor: float,
+              offset: float, min_prob: float, max_depth: int, tree: bool) -> Draft:
+    """The best-scoring draft over match lengths m ≤ min(n, longest); (v, n): the state and
+    length of the longest context suffix found in `index`. Longest matches first; a shorter one
+    is tried only if its budget could beat the best score (a draft scores at most its size)."""
+    best, kids = Draft(), {}
+    for m, u in reversed(index.suffix_states(v, n, longest)):
+        budget = min(k, int(m * factor + offset + 1e-6))
+        if budget <= best.score:
+            continue
+        d = grow(index, u, budget, max_depth - m, min_prob, tree, kids)
+        if d.score > best.score:
+            best, best.match_len = d, m
+    return best
+
+
+class ResponseCache:
+    """Outputs of earlier turns, keyed by their prompt: at most `limit`, oldest evicted first,
+    indexed by one automaton (rebuilt after an eviction: automata do not delete)."""
+
+    def __init__(self, limit: int, depth: int):
+        self.limit, self.depth = limit, depth
+        self.outputs: OrderedDict[tuple, list[int]] = OrderedDict()
+        self.index = SuffixAutomaton(count_depth=depth)
+
+    def _rebuild(self) -> None:
+        self.index = SuffixAutomaton(count_depth=self.depth)
+        for tokens in self.outputs.values():
+            self.index.extend_separated(tokens)
+
+    def add(self, key: tuple, tokens: list[int]) -> None:
+        if self.limit == 0 or not tokens:
+            return
+        replaced = self.outputs.pop(key, None) is not None
+        self.outputs[key] = tokens
+        evicted = False
+        while len(self.outputs) > self.limit:
+            self.outputs.popitem(last=False)
+            evicted = True
+        if replaced or evicted:
+            self._rebuild()
+        else:
+            self.index.extend_separated(tokens)
+
+    def drop(self, key: tuple) -> None:
+        if self.outputs.pop(key, None) is not None:
+            self._rebuild()
+
+
+class Suffix(TreeMethod):
+    name = "suffix"
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.k = int(ctx.k(cfg) or 0)
+        self.shape = str(cfg.get("shape", "chain"))
+        self.max_depth = int(cfg.get("max_depth", 24))
+        self.factor = float(cfg.get("max_spec_factor", 1.0))
+        self.offset = float(cfg.get("max_spec_offset", 0.0))
+        self.min_prob = float(cfg.get("min_token_prob", 0.1))
+        self.max_cached = int(cfg.get("max_cached", 64))
+        self.reuse_same_prompt = bool(cfg.get("reuse_same_prompt", False))
+        for bad, msg in (
+                (self.k < 1, f"k={self.k}: use an integer >= 1 (most tokens drafted)"),
+                (self.shape not in SHAPES,
+                 f"method.shape={self.shape!r}: choose one of: {', '.join(SHAPES)}"),
+                (self.max_depth < 2, f"method.max_depth={self.max_depth}: use an integer >= 2"),
+                (self.factor < 0, f"method.max_spec_factor={self.factor}: use a value >= 0"),
+                (not 0 <= self.min_prob <= 1,
+                 f"method.min_token_prob={self.min_prob}: use a value in [0, 1]"),
+                (self.max_cached < 0,
+                 f"method.max_cached={self.max_cached}: use an integer >= 0 (0: no global "
+                 f"cache)")):
+            if bad:
+                raise UserError(f"method {self.name}: {msg}")
+        self.responses = ResponseCache(self.max_cached, self.max_depth)
+        self.info = {"shape": self.shape, "max_depth": self.max_depth, "max_cached":
+                     self.max_cached, "reuse_same_prompt": self.reuse_same_prompt}
+
+    def max_verify_width(self) -> int:
+        return self.k + 1
+
+    def extra_bytes(self, state=None) -> int:
+        n = self.responses.index.nbytes()
+        if state is not None and "local" in state.aux:
+            n += state.aux["local"].nbytes()
+        return n
+
+    # --- per turn ---
+    def start(self, state) -> None:
+        key = tuple(state.tokens.tolist())
+        if not self.reuse_same_prompt:
+            self.responses.drop(key)
+        state.aux["prompt_key"] = key
+
+    def prefill(self, state) -> torch.Tensor:
+        logits = super().prefill(state)
+        state.aux["local"] = SuffixAutomaton(state.tokens.tolist(), count_depth=self.max_depth)
+        return logits
+
+    def finish(self, state) -> None:
+        self.responses.add(state.aux["prompt_key"],
+                           state.ids[state.n_prompt : state.length].tolist())
+
+    # --- per round ---
+    def draft(self, state) -> TreeProposal:
+        local = state.aux["local"]
+        L = state.length
+        local.extend(state.ids[len(local) : L].tolist())
+        longest = min(self.max_depth, L) - 1
+        args = (self.k, self.factor, self.offset, self.min_prob, self.max_depth,
+                self.shape == "tree")
+        best = speculate(local, *local.deep, longest, *args)
+        glob = self.responses.index
+        if len(glob):
+            v, n = glob.match(state.ids[L - longest - 1 : L].tolist())
+            other = speculate(glob, v, n, longest, *args)
+            if other.score > best.score:
+                best = other
+        tokens = torch.tensor(best.tokens, dtype=torch.long, device=state.ids.device)
+        return TreeProposal(tokens=tokens, layout=TreeLayout.from_parents(best.parents))
