@@ -347,6 +347,7 @@ def execute(cfg: DictConfig, out: Path, progress=None):
         path = runner.run(progress)
     except KeyboardInterrupt:
         status, path = "partial", out / "records.jsonl"
+        runner.done |= cells.finished(out)  # a prompt written just before the signal counts
     finished = len(runner.done)
     if not finished:
         cells.write(out, h, "partial", 0, total)

@@ -146,3 +146,54 @@ def test_check_distribution_seeds_are_reproducible(tiny_target_dir, tmp_path):
                                                    "dist_samples=30")]), tmp_path / d)
         runs.append(json.loads((tmp_path / d / "distcheck.json").read_text()))
     assert runs[0]["counts_per_position"] == runs[1]["counts_per_position"]
+
+
+def test_two_sample_power_at_the_sample_count_the_planted_bug_tests_use():
+    """At 1500 samples per side a 0.1 shift in one token's probability is caught at >= 90%
+    power (computed here by simulation: ~0.99 for this base distribution), false alarms stay
+    near the 0.01 level."""
+    rng = random.Random(1)
+    base = [0.4, 0.25, 0.15, 0.1, 0.1]
+
+    def caught(shift, n=1500, trials=200):
+        other = [base[0] - shift, base[1] + shift] + base[2:]
+        return sum(bonferroni([two_sample_pvalue(rng.choices(range(5), base, k=n),
+                                                 rng.choices(range(5), other, k=n))[0]] * 5)
+                   < 0.01 for _ in range(trials)) / trials
+    assert caught(0.0) <= 0.03
+    assert caught(0.1) >= 0.9
+
+
+def _resample_from_p(p, q):
+    """Planted bug: after a rejection, sample from the target's p instead of norm(max(0, p − q))
+    (the draft's token keeps too much mass)."""
+    return p
+
+
+@pytest.mark.parametrize("name,module", [("draft", "bench.sampling"),
+                                         ("medusa", "bench.tree")])
+def test_check_distribution_catches_a_missing_residual(name, module, tiny_target_dir,
+                                                       cut_draft_dir, tmp_path, monkeypatch):
+    """A run-level bug in a chain method (draft, sampled q) and in a tree method (Medusa's
+    point-mass siblings): the lossless run passes, the one with the residual planted out fails."""
+    import importlib
+
+    if name == "draft":
+        extra = [f"model.draft={cut_draft_dir}"]
+    else:
+        from bench.models import load_model
+        from drafters import medusa as heads_io
+        from test_medusa import random_heads
+        tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+        heads_io.save(random_heads(tgt.get_output_embeddings().weight.shape[1], 3, 4),
+                      tmp_path / "heads", "tiny")
+        extra = [f"method.heads={tmp_path / 'heads'}", "method.tree=medium"]
+    args = [f"method={name}", *tiny_run(tiny_target_dir, tmp_path / "ok", *extra),
+            "dist_samples=1500"]
+    summary, _, _ = execute(compose(args), tmp_path / "ok")
+    assert summary.dist_pvalue.iloc[0] > 0.01
+    monkeypatch.setattr(importlib.import_module(module), "residual", _resample_from_p)
+    args = [f"method={name}", *tiny_run(tiny_target_dir, tmp_path / "bug", *extra),
+            "dist_samples=1500"]
+    summary, _, _ = execute(compose(args), tmp_path / "bug")
+    assert summary.dist_pvalue.iloc[0] < 0.01  # the level docs/sampling.md reads p at

@@ -94,12 +94,17 @@ def test_all_methods_come_from_the_config_group():
 
 
 def test_committed_experiment_and_baseline_agree():
-    """gate.yaml is loadable, pins T=0 float32 on the CPU, and its baseline covers ar and ngram."""
+    """gate.yaml is loadable, pins T=0 and its kernels on the CPU, and its baseline covers every
+    method the gate runs: a method that --update dropped (or that stopped running) fails here
+    instead of passing forever as "new"."""
     exp = gate.load_experiment(gate.EXPERIMENT)
-    assert {"temperature=0", "model.dtype=float32", "device=cpu"} <= set(exp["overrides"])
+    assert {"temperature=0", "model.weights=int8", "model.kernel=native",
+            "device=cpu"} <= set(exp["overrides"])
     base = json.loads(exp["baseline_path"].read_text())
     assert base["overrides"] == exp["overrides"]
-    assert {"ar", "ngram"} <= set(base["methods"])
+    gated = set(gate.method_names(exp))
+    assert set(base["methods"]) == gated, f"not in the baseline: {gated - set(base['methods'])}"
+    assert not base.get("skipped"), base.get("skipped")
     assert base["methods"]["ar"]["tau"] == 1.0
 
 

@@ -206,8 +206,12 @@ def _answer(engine, tok, eos, part: list[dict], max_new: int, layers: list[int],
 
 def settings_of(cfg) -> dict:
     d = cfg.distill
-    return {"engine": str(d.engine), "weights": str(d.weights), "dtype": str(d.dtype),
-            "kernel": str(d.kernel), "device": str(d.device), "seed": int(cfg.seed)}
+    out = {"engine": str(d.engine), "weights": str(d.weights), "dtype": str(d.dtype),
+           "kernel": str(d.kernel), "device": str(d.device), "seed": int(cfg.seed)}
+    extra = cfg.get("extra_benchmarks") or []
+    if extra:  # another selection of prompts: data of its own
+        out["extra_benchmarks"] = sorted(str(p) for p in extra)
+    return out
 
 
 def main() -> None:

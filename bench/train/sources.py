@@ -165,7 +165,7 @@ def select(rows: list[dict], limit: int | None, second_turns: int, seed: int) ->
 def from_config(cfg) -> tuple[list[dict], dict]:
     """The training prompts a train config names (prompts, limit, second_turns, seed)."""
     names = [cfg.prompts] if isinstance(cfg.prompts, str) else list(cfg.prompts)
-    rows, stats = build(names)
+    rows, stats = build(names, [Path(p) for p in cfg.get("extra_benchmarks") or []])
     return select(rows, cfg.get("limit"), int(cfg.get("second_turns") or 0),
                   int(cfg.seed)), stats
 
