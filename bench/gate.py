@@ -88,7 +88,10 @@ def compose(overrides: list[str]):
 
 
 def overall_row(summary) -> dict:
-    """The task='all' row of a summary (or its only row), as plain floats."""
+    """The task='all' row of a summary (or its only task's row), over every category, as plain
+    floats."""
+    if "category" in summary:
+        summary = summary[summary.category == "all"]
     rows = summary[summary.task == "all"] if (summary.task == "all").any() else summary
     if len(rows) != 1:
         raise UserError(f"expected one overall summary row, got {len(rows)}")

@@ -1,6 +1,8 @@
 """The server backend against a real server: vLLM's CPU build serving the embedded model on
 127.0.0.1, started and stopped by the suite (`make install-vllm` puts it in its own virtualenv;
-SPECSWEEP_VENVS says where). Minutes on 2 cores, so behind the `server` marker; CI runs it.
+SPECSWEEP_VENVS says where). Minutes on 2 cores, so behind the `server` marker. `make test` (and
+CI) runs the sweep (four server starts, ~4.5 min on 2 cores); the two `server_full` tests (four
+more starts, ~5 min) run with `make test-server`.
 
 One concurrency sweep with vLLM's n-gram speculation on and off checks the counters, the latency
 columns, the greedy verdicts and that no server outlives its cell; one EAGLE-3 cell serves our
@@ -133,6 +135,7 @@ def test_servers_do_not_outlive_their_cell(ngram_sweep):
     assert get("http://127.0.0.1:18011/health", timeout=2)[0] == 0
 
 
+@pytest.mark.server_full
 def test_http_errors_are_counted_and_shown(tmp_path):
     """Requests the server refuses (max_tokens past its context) are counted, not dropped."""
     out = tmp_path / "err"
@@ -146,6 +149,7 @@ def test_http_errors_are_counted_and_shown(tmp_path):
     assert "2 http" in p.stdout
 
 
+@pytest.mark.server_full
 def test_eagle3_head_in_vllm_beside_ours(tmp_path):
     """Our shipped EAGLE-3 head served by vLLM, and the same head in our engine: the report
     puts τ and α per position side by side."""
