@@ -29,7 +29,8 @@ shared tree rule (bench.tree), so the method is lossless at any temperature.
 arctic-inference (PyPI) ships this as a C++ extension, but only as an sdist whose build needs a
 C++20 compiler, CMake, nanobind, grpcio-tools, a pinned protobuf and its own torch in the build
 environment (7 minutes on 2 cores with a local torch wheel; a multi-GB CUDA torch otherwise),
-so specsweep carries its own index, tested against a brute-force counter (tests/test_suffix.py).
+so specsweep carries its own index, tested against a brute-force counter
+(tests/test_suffix_index.py).
 Knobs: k, shape (chain | tree), max_depth, max_spec_factor, max_spec_offset, min_token_prob,
 max_cached, reuse_same_prompt.
 """
