@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from bench.charts import config_label
+from bench.table import mark as interference_mark
 
 PHASES = ["prefill", "draft", "verify", "other"]
 
@@ -73,15 +74,6 @@ def leaderboard(cells: pd.DataFrame) -> pd.DataFrame:
     o = overall(df).assign(task="overall")
     parts.append(o)
     return config_order(pd.concat(parts, ignore_index=True)[cols])
-
-
-def interference_mark(r) -> str:
-    """† units stayed disturbed after re-measurement; ‡ disturbed units were re-measured."""
-    if (getattr(r, "unclean_units", 0) or 0) > 0:
-        return "†"
-    if (getattr(r, "remeasured", 0) or 0) > 0:
-        return "‡"
-    return ""
 
 
 def _interval(v, lo, hi, unit="", digits=2) -> str:

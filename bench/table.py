@@ -20,6 +20,7 @@ def _f(v, fmt="{:.2f}") -> str:
 
 
 def mark(r) -> str:
+    """† units stayed disturbed after re-measurement; ‡ disturbed units were re-measured."""
     if (getattr(r, "unclean_units", 0) or 0) > 0:
         return "†"
     if (getattr(r, "remeasured", 0) or 0) > 0:
