@@ -64,6 +64,19 @@ class Method:
         self.ctx = ctx
         self.target = ctx.target  # an engines.base.Engine
 
+    def need(self, ok: bool, knob: str, value, valid: str) -> None:
+        """One clear line for a bad knob: the knob, its value, what would be valid."""
+        if not ok:
+            from bench.errors import UserError
+
+            raise UserError(f"method.{knob}={value!r} is not valid for {self.name}; {valid}")
+
+    def chain_k(self) -> int:
+        """The draft length of a chain method: k (top-level or the method's own), >= 1."""
+        k = self.ctx.k(self.cfg)
+        self.need(k is not None and k >= 1, "k", k, "use an integer >= 1 (tokens drafted)")
+        return k
+
     def max_verify_width(self) -> int:
         """The most tokens one verify forward may append to the cache (sizes the cache)."""
         k = self.ctx.k(self.cfg) if self.cfg is not None else None

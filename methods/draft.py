@@ -25,7 +25,7 @@ class Draft(Method):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.k = int(ctx.k(cfg))
+        self.k = self.chain_k()
         path = cfg.get("model") or ctx.model_cfg.get("draft")
         if not path:
             raise UserError("method=draft needs a draft model: set model.draft=<HF id or directory>")

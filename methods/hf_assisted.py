@@ -26,6 +26,8 @@ class HFAssisted(HFGenerate):
         from bench.models import check_same_vocab, load_tokenizer, resolve_path
         from drafters import draftmodel
 
+        self.need(0 <= float(cfg.confidence) <= 1, "confidence", cfg.confidence,
+                  "use a probability in [0, 1] (0: draft all k tokens)")
         if cfg.schedule not in SCHEDULES:
             raise UserError(f"method.schedule={cfg.schedule!r} is not valid; choose one of: "
                             f"{', '.join(SCHEDULES)}")

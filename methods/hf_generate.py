@@ -24,7 +24,7 @@ class HFGenerate(Method):
 
             raise UserError(f"method={cfg.name} runs transformers' generate() and needs "
                             f"engine=hf (the transformers model); engine={ctx.target.name} has none")
-        self.k = int(ctx.k(cfg))
+        self.k = self.chain_k()
 
     def generate_kwargs(self) -> dict:
         """The `generate()` arguments that select this speculative mode."""

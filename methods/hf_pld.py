@@ -13,6 +13,11 @@ from methods.hf_generate import HFGenerate
 class HFPromptLookup(HFGenerate):
     name = "hf_pld"
 
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.need(int(cfg.max_n) >= 1, "max_n", cfg.max_n, "use an integer >= 1 (the longest "
+                  "n-gram matched)")
+
     def generate_kwargs(self) -> dict:
         return {"prompt_lookup_num_tokens": self.k,
                 "max_matching_ngram_size": int(self.cfg.max_n)}

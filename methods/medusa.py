@@ -32,6 +32,16 @@ class Medusa(TreeMethod):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
+        k, size, acc = ctx.k(cfg), cfg.get("tree_size", 10), cfg.get("acceptance", "exact")
+        self.need(k is None or k >= 1, "k", k, "use an integer >= 1 (tree depth) or null (every "
+                  "head)")
+        self.need(int(size) >= 1, "tree_size", size, "use an integer >= 1 (nodes of an auto "
+                  "tree)")
+        self.need(acc in ("exact", "typical"), "acceptance", acc, "choose one of: exact "
+                  "(lossless), typical (Medusa's, lossy)")
+        vocab = cfg.get("draft_vocab")
+        self.need(vocab is None or int(vocab) >= 1, "draft_vocab", vocab, "use an integer >= 1 "
+                  "or null (the full vocabulary)")
         path = cfg.get("heads") or ctx.model_cfg.get("medusa")
         if not path:
             raise UserError("method=medusa needs heads: set method.heads=<dir> or model.medusa")
@@ -73,6 +83,10 @@ class Medusa(TreeMethod):
             self.name, self.lossless = "medusa-typical", False
             self.posterior_threshold = float(cfg.get("posterior_threshold", 0.09))
             self.posterior_alpha = float(cfg.get("posterior_alpha", 0.3))
+            self.need(0 < self.posterior_threshold <= 1, "posterior_threshold",
+                      self.posterior_threshold, "use a probability in (0, 1] (ε)")
+            self.need(self.posterior_alpha > 0, "posterior_alpha", self.posterior_alpha,
+                      "use a value > 0 (α)")
 
     def extra_bytes(self, state=None) -> int:
         return self.heads.extra_bytes() + self.vocab.extra_bytes()

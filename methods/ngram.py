@@ -31,7 +31,7 @@ class NGram(Method):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.k, self.min_n, self.max_n = int(ctx.k(cfg)), int(cfg.min_n), int(cfg.max_n)
+        self.k, self.min_n, self.max_n = self.chain_k(), int(cfg.min_n), int(cfg.max_n)
         if not 1 <= self.min_n <= self.max_n:
             raise UserError(f"method.min_n={self.min_n}, method.max_n={self.max_n}: "
                             "need 1 <= min_n <= max_n")

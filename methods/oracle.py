@@ -22,7 +22,7 @@ class Oracle(Method):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.k = int(ctx.k(cfg))
+        self.k = self.chain_k()
 
     @torch.inference_mode()
     def start(self, state) -> None:

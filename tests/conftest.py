@@ -59,6 +59,15 @@ def save_tiny(path: Path, seed: int, layers: int = 2, vocab: int = 128) -> Path:
     return path
 
 
+@pytest.fixture(scope="module", params=["hf", "lean"])
+def target(request):
+    """The tiny target (tiny_llama(0)) on each engine: every method must be exact against its
+    own engine. A module needing another target defines its own `target`."""
+    from engines.load import wrap
+
+    return wrap(tiny_llama(0), request.param)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One torch thread for a module of tiny-model tests: on a shared 2-core machine a second
@@ -77,6 +86,26 @@ def tiny_target_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_draft_dir(tmp_path_factory) -> Path:
     return save_tiny(tmp_path_factory.mktemp("draft"), seed=1, layers=1)
+
+
+def near_llama(scale: float = 0.1, seed: int = 5):
+    """The tiny target (tiny_llama(0)) with every weight perturbed by `scale` × its std: a draft
+    that agrees with the target on about two thirds of greedy tokens, so accepts, full rounds
+    and rejections part-way down all happen (a random draft accepts almost nothing)."""
+    model = tiny_llama(0)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale * p.std())
+    return model
+
+
+@pytest.fixture(scope="session")
+def near_draft_dir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("near")
+    near_llama().save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path
 
 
 def compose(overrides: list[str]):

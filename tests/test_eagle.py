@@ -13,6 +13,7 @@ from bench.runner import build_method, execute
 from drafters import eagle as eagle_io
 from bench.train.eagle_spec import EagleSpec, unroll_mask
 from conftest import compose, tiny_llama
+from forced import check_forced, mostly_right
 from engines.load import wrap
 from methods.eagle import HeadCache
 from test_distcheck import tiny_run
@@ -190,11 +191,24 @@ def test_dynamic_tree_reproduces_ar(target, tmp_path, kind, knobs):
     d = save_head(target, kind, tmp_path / "head", seed=3)
     m = eagle_method(target, kind, d, **knobs)
     ar = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(target))
+    pool = m.top_k + m.top_k ** 2 * (m.depth - 1)  # nodes drafted before the best are kept
     for p in prompts(4, seed=11):
         base, res = run(ar, p), run(m, p)
         assert res.output_ids == base.output_ids
         assert len(res.drafted_per_pos) <= m.depth
-        assert res.drafted_tokens <= m.total_tokens * (len(res.accept_lengths) - 1)
+        assert res.drafted_tokens == min(m.total_tokens, pool) * (len(res.accept_lengths) - 1)
+    # a random head accepts almost nothing: force right nodes at 60% so the head's after-accept
+    # state (features of deep accepted paths) and the accept rule run, checked round by round
+    for i, p in enumerate(prompts(2, seed=12)):
+        full = p + run(ar, p, n=50).output_ids
+        m = eagle_method(target, kind, d, **knobs)
+        seen = mostly_right(m, full, 128, 0.6, seed=i)
+        res = run(m, p)
+        assert res.output_ids == full[len(p):len(p) + 40]
+        if m.depth > 1 or m.total_tokens > 1:
+            check_forced(res, seen, 40)
+        else:
+            assert res.accepted_tokens == sum(seen["best"][:-1]) + res.round_accepted[-1] > 0
     if knobs["total_tokens"] == "auto":
         assert m.info["verify_cost_ms"] and m.total_tokens >= 1
 

@@ -10,16 +10,11 @@ from omegaconf import OmegaConf
 from drafters import medusa as heads_io
 from bench.tree import TreeLayout
 from bench.treeverify import keep_path, verify_tree
-from conftest import tiny_llama
-from engines.load import wrap
+from forced import check_forced, mostly_right
 from methods import static_trees
 from test_lossless_greedy import make_ctx, prompts, run
 from bench.runner import build_method
 
-
-@pytest.fixture(scope="module", params=["hf", "lean"])
-def target(request):
-    return wrap(tiny_llama(0), request.param)
 
 
 def test_tree_nodes_match_sequential_decoding(target):
@@ -93,6 +88,14 @@ def test_medusa_reproduces_ar(target, tmp_path, tree):
         base, res = run(ar, p), run(md, p)
         assert res.output_ids == base.output_ids
         assert res.drafted_tokens == md.layout.size * (len(res.accept_lengths) - 1)
+    # random heads accept almost nothing: force right nodes at 60% so the accept path runs deep
+    # and rejects part-way down, and check it takes exactly the right path each round
+    for i, p in enumerate(prompts(3, seed=8)):
+        full = p + run(ar, p, n=50).output_ids
+        seen = mostly_right(md, full, 128, 0.6, seed=i)
+        res = run(md, p)
+        assert res.output_ids == full[len(p):len(p) + 40]
+        check_forced(res, seen, 40)
 
 
 def test_medusa_sampling_is_seeded(target, tmp_path):
@@ -126,3 +129,56 @@ def test_check_distribution_passes_on_a_medusa_tree(tiny_target_dir, tmp_path):
     ev = json.loads((tmp_path / "distcheck.json").read_text())
     assert 0 < ev["accepted_tokens"] < ev["drafted_tokens"]
     assert summary.dist_pvalue.iloc[0] > 0.01
+
+
+def test_published_pt_layout_loads(tmp_path, target):
+    """Medusa's own training script saves `medusa_lm_head.pt` (keys prefixed `medusa_head.`,
+    each head with its own projection): the same logits as the safetensors layout."""
+    lm = target.output_weight()
+    h = random_heads(lm.shape[1], 3, 0)
+    heads_io.save(h, tmp_path / "st", "tiny", lm_head=lm, export_full=True, dtype=torch.float32)
+    from safetensors.torch import load_file
+    state = {f"medusa_head.{k}": v for k, v in load_file(str(tmp_path / "st" / heads_io.WEIGHTS))
+             .items()}
+    (tmp_path / "pt").mkdir()
+    torch.save(state, tmp_path / "pt" / "medusa_lm_head.pt")
+    (tmp_path / "pt" / "config.json").write_text((tmp_path / "st" / "config.json").read_text())
+    x = torch.randn(4, lm.shape[1])
+    loaded, cfg = heads_io.load(tmp_path / "pt")
+    assert loaded.own is not None and cfg["medusa_num_heads"] == 3
+    assert torch.allclose(loaded.logits(x, lm), h.logits(x, lm), atol=1e-5)
+
+
+def test_typical_acceptance_follows_medusas_rule(target, tmp_path):
+    """Accept a child x of a row when p(x) > min(ε, α·exp(−H(p))) (ε = 0.09, α = 0.3), take the
+    most probable admissible child (not the first), and when none is, sample from p."""
+    import types
+
+    from bench.sampling import SamplingParams
+    from bench.tree import Tree
+
+    d = tmp_path / "heads"
+    heads_io.save(random_heads(target.output_weight().shape[1], 2, 1), d, "tiny",
+                  extra={"rank_accuracy": [[0.5, 0.2]] * 2})
+    md = build_method(OmegaConf.create({"_target_": "methods.medusa.Medusa", "name": "medusa",
+                                        "k": None, "heads": str(d), "tree": "chain",
+                                        "acceptance": "typical"}), make_ctx(target))
+    assert md.name == "medusa-typical" and not md.lossless
+    V = 128
+
+    def row(p_of: dict[int, float]):
+        rest = (1 - sum(p_of.values())) / (V - len(p_of))
+        p = torch.full((V,), rest)
+        for t, v in p_of.items():
+            p[t] = v
+        return p.log()
+    # row 0 (root): p = .6/.3 on tokens 5/6, H ≈ 1.39, threshold ≈ 0.075: tokens 5 and 6 pass,
+    # token 9 (p ≈ 0.0008) does not; row 2 (node 1) is flat: threshold 0.3/128 < p = 1/128;
+    # row 4 (node 3) has no children: the next token is sampled there (almost surely 11)
+    logits = torch.stack([row({5: .6, 6: .3}), row({}), row({}), row({}), row({11: 1 - 1e-6})])
+    tree = Tree(parents=[-1, -1, -1, 1], tokens=torch.tensor([6, 5, 9, 7]))
+    state = types.SimpleNamespace(sampling=SamplingParams(temperature=1.0),
+                                  generator=torch.Generator().manual_seed(0))
+    assert md._typical(logits, tree, state) == ([1, 3], 11)
+    only_rare = Tree(parents=[-1], tokens=torch.tensor([9]))  # below the threshold: rejected
+    assert md._typical(logits, only_rare, state)[0] == []

@@ -8,16 +8,10 @@ import torch
 from bench.clock import Clock
 from bench.loop import generate
 from bench.sampling import SamplingParams
-from conftest import tiny_llama
-from engines.load import wrap
 from test_lossless_greedy import make_ctx, method, prompts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-
-@pytest.fixture(scope="module", params=["hf", "lean"])
-def target(request):
-    return wrap(tiny_llama(0), request.param)
 
 
 @pytest.mark.parametrize("k", [1, 3, 8])

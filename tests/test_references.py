@@ -4,7 +4,10 @@
   rule's min(1, p/q) is 1 when q = p), so τ is the most a chain of k allows;
 - our `ar` against transformers' `generate()` (greedy, token for token);
 - `probs()` against transformers' own logits processors (temperature, top-k, top-p, their
-  combinations, ties at the top-p boundary).
+  combinations, ties at the top-p boundary);
+- a planted right path off the first-child chain of a Medusa, recycling, EAGLE-2 or EAGLE-3
+  tree is the path accepted, whole, every round (tests/forced.py drives the same methods with
+  trees right at a rate, inside their own exactness tests).
 """
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ from bench.clock import Clock
 from bench.loop import generate
 from bench.sampling import SamplingParams, probs
 from conftest import save_tiny, tiny_llama
-from engines.load import wrap
 from test_lossless_greedy import make_ctx, method, prompts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -27,10 +29,6 @@ def self_draft_dir(tmp_path_factory):
     """The target's own weights saved as a draft model (seed 0, 2 layers, as tiny_llama(0))."""
     return save_tiny(tmp_path_factory.mktemp("selfdraft"), seed=0, layers=2)
 
-
-@pytest.fixture(scope="module", params=["hf", "lean"])
-def target(request):
-    return wrap(tiny_llama(0), request.param)
 
 
 @pytest.mark.parametrize("k", [1, 4])
@@ -170,13 +168,19 @@ def tree_method(name, target, tmp_path):
                       extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4})
         node = {"_target_": "methods.medusa.Medusa", "name": "medusa", "k": None,
                 "heads": str(d), "tree": "medium", "tree_size": 8}
+    elif name in ("eagle", "eagle3"):
+        from test_eagle import save_head
+        d = save_head(target, name, tmp_path / name, seed=3)
+        node = {"_target_": f"methods.{name}.{'Eagle' if name == 'eagle' else 'Eagle3'}",
+                "name": name, "k": 4, "heads": str(d), "top_k": 3, "total_tokens": 10,
+                "budget_ratio": 1.5}
     else:
         from bench.config import CONF
         node = OmegaConf.load(CONF / "method" / f"{name}.yaml")
     return build_method(OmegaConf.create(node), make_ctx(target))
 
 
-@pytest.mark.parametrize("name", ["medusa", "recycling"])
+@pytest.mark.parametrize("name", ["medusa", "recycling", "eagle", "eagle3"])
 def test_a_planted_right_path_is_the_one_accepted(target, name, tmp_path):
     ar = method("ar", make_ctx(target))
     n = 30

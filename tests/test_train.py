@@ -26,9 +26,25 @@ def data(tiny_target_dir, tmp_path, monkeypatch):
     d = distill.build(str(tiny_target_dir), rows, 24, [1, -1], TINY_DISTILL, batch=4)
     assert len(d) == 12 and all(x["hidden"][-1].shape[0] == len(x["ids"]) for x in d)
     assert {x["temperature"] for x in d} == {0.0, 1.0}  # greedy and sampled answers
-    again = distill.build(str(tiny_target_dir), rows, 24, [1, -1], TINY_DISTILL,
-                          batch=4)  # from the cache
-    assert torch.equal(again[0]["ids"], d[0]["ids"])
+    # against the target itself: each sequence's states are a fresh forward's over its ids, and
+    # a greedy answer takes the argmax at every position (teacher-forced; near-ties allowed)
+    from transformers import AutoModelForCausalLM
+    ref = AutoModelForCausalLM.from_pretrained(str(tiny_target_dir), dtype=torch.float32).eval()
+    for x in d:
+        with torch.no_grad():
+            out = ref(x["ids"][None], output_hidden_states=True)
+        for layer in (1, -1):  # stored in bfloat16: its rounding, 2⁻⁸ relative
+            assert torch.allclose(x["hidden"][layer].float(), out.hidden_states[layer][0],
+                                  rtol=1e-2, atol=1e-2), layer
+        if x["temperature"] == 0:
+            lg = out.logits[0, x["start"] - 1 : -1]
+            took = lg.gather(1, x["ids"][x["start"]:, None])[:, 0]
+            assert (took >= lg.max(-1).values - 1e-4).all()
+    # a second build is served from the cache: no decoding, the same sequences
+    monkeypatch.setattr(distill, "decode_batch", lambda *a, **k: pytest.fail("re-decoded"))
+    again = distill.build(str(tiny_target_dir), rows, 24, [1, -1], TINY_DISTILL, batch=4)
+    assert all(torch.equal(a["ids"], b["ids"]) and torch.equal(a["hidden"][-1], b["hidden"][-1])
+               for a, b in zip(again, d))
     return d
 
 
@@ -94,23 +110,31 @@ def test_distilled_draft_trains_saves_and_is_exact(data, tiny_target_dir, tmp_pa
 
 
 def _medusa(data, target, seed):
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # as `python -m bench.train` does before building the drafter
     return specs.MedusaSpec(data, target, num_heads=2, num_layers=1, batch_size=16,
                             holdout=0.25, base="tiny")
 
 
+def _eagle(data, target, seed):
+    from bench.train.eagle_spec import EagleSpec
+    torch.manual_seed(seed)
+    return EagleSpec(data, target, "eagle", steps=2, eval_steps=2, vocab_size=None,
+                     batch_size=8, holdout=0.25, base="tiny", layers=None)
+
+
+@pytest.mark.parametrize("make", [_medusa, _eagle], ids=["medusa", "eagle"])
 def test_training_is_reproducible_and_a_resumed_run_equals_an_uninterrupted_one(
-        data, tiny_target_dir, tmp_path):
+        data, tiny_target_dir, tmp_path, make):
     from bench.models import load_model
     target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
     kw = dict(steps=12, lr=1e-2, warmup=2, ckpt_every=4, eval_every=4, seed=3)
-    a, b = _medusa(data, target, 0), _medusa(data, target, 0)
+    a, b = make(data, target, 0), make(data, target, 0)
     loop.train(a, tmp_path / "a", **kw)
     loop.train(b, tmp_path / "b", **kw)
     for (k, x), y in zip(a.module.state_dict().items(), b.module.state_dict().values()):
         assert torch.equal(x, y), k  # same seed, same weights, bitwise
     # the same run interrupted after step 6 (its last checkpoint is step 4), then resumed
-    c = _medusa(data, target, 0)
+    c = make(data, target, 0)
     real, calls = c.step_loss, []
 
     def dies_at_step_7(batch):
@@ -122,11 +146,11 @@ def test_training_is_reproducible_and_a_resumed_run_equals_an_uninterrupted_one(
     with pytest.raises(KeyboardInterrupt):
         loop.train(c, tmp_path / "c", **kw)
     c.step_loss = real
-    resumed = _medusa(data, target, 0)
+    resumed = make(data, target, 0)
     loop.train(resumed, tmp_path / "c", **kw)
     for (k, x), y in zip(a.module.state_dict().items(), resumed.module.state_dict().values()):
         assert torch.equal(x, y), k
-    other = _medusa(data, target, 0)  # another seed for the batch order: other weights
+    other = make(data, target, 0)  # another seed for the batch order: other weights
     loop.train(other, tmp_path / "d", **dict(kw, seed=4))
     assert not all(torch.equal(x, y) for x, y in zip(a.module.state_dict().values(),
                                                       other.module.state_dict().values()))

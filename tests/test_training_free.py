@@ -31,10 +31,6 @@ def conf(name: str, **kw):
     return OmegaConf.merge(node, kw)
 
 
-@pytest.fixture(scope="module", params=["hf", "lean"])
-def target(request):
-    return wrap(tiny_llama(0), request.param)
-
 
 def repetitive(count, seed=0):
     """Prompts with a repeated segment (retrieval methods find matches at once)."""

@@ -1,0 +1,266 @@
+"""Every rule on the run config and every method knob has a bad-input case: one line naming the
+key, the bad value and what is valid.
+
+Both tables are checked for completeness against the code: every `_need` rule in
+`bench.config.validate`/`validate_serving` must be the one a case trips, and every knob in
+`conf/method/*.yaml` must have a case or a reason why no value of the right type is wrong.
+Cases run in-process (no subprocess per case); tests/test_cli.py runs a sample end to end."""
+from __future__ import annotations
+
+import ast
+import inspect
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from bench import config
+from bench.config import CONF, check_overrides, method_defaults, validate
+from bench.errors import UserError
+from bench.runner import build_method
+from conftest import compose, tiny_llama
+from engines.load import wrap
+from test_lossless_greedy import make_ctx
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SERVE = ["engine=openai", "server=vllm"]
+RULES = [  # (overrides, message): each trips one rule of validate()/validate_serving()
+    (["engine=turbo"], "engine='turbo' is not valid; choose one of: auto, hf, lean, openai"),
+    (["model=hf"], "model=hf needs model.target=... (e.g. model.target=<Hugging Face id"),
+    (["k=0"], "k=0 is not valid; k must be an integer >= 1"),
+    (["temperature=-0.5"], "temperature=-0.5 is not valid; use a value >= 0"),
+    (["top_k=-1"], "top_k=-1 is not valid; use 0 (off) or a positive integer"),
+    (["top_p=1.5"], "top_p=1.5 is not valid; use a value in (0, 1]"),
+    (["max_new_tokens=0"], "max_new_tokens=0 is not valid; use an integer >= 1"),
+    (["limit=0"], "limit=0 is not valid; use an integer >= 1 (prompts per task)"),
+    (["limit_per_category=0"], "limit_per_category=0 is not valid; use an integer >= 1"),
+    (["task.truncate=middle"], "task.truncate='middle' is not valid; choose left, right or null"),
+    (["repeats=0"], "repeats=0 is not valid; use an integer >= 1"),
+    (["warmup=-1"], "warmup=-1 is not valid; use an integer >= 0"),
+    (["remeasure=-1"], "remeasure=-1 is not valid; use an integer >= 0"),
+    (["disturb_ratio=0.9"], "disturb_ratio=0.9 is not valid; use a factor > 1"),
+    (["disturb_others=0"], "disturb_others=0.0 is not valid; use a share of the machine in "
+                           "(0, 1]"),
+    (["check=bogus"], "check='bogus' is not valid; choose one of: none, distribution"),
+    (["check=distribution"], "check=distribution compares sampled outputs: set temperature > 0"),
+    (["dist_samples=1"], "dist_samples=1 is not valid; use an integer >= 2"),
+    (["dist_positions=0"], "dist_positions=0 is not valid; use an integer >= 1"),
+    (["method=hf_pld", "engine=lean"], "method=hf_pld runs transformers' generate() and needs "
+                                       "engine=hf"),
+    (["method.k=-1"], "method.k=-1 is not valid; use an integer >= 1"),
+    (["server=vllm"], "server=vllm needs engine=openai"),
+    (["engine=openai"], "engine=openai needs a server: server=llamacpp|sglang|vllm"),
+    (SERVE + ["concurrency=0"], "concurrency=0 is not valid; use an integer >= 1"),
+    (SERVE + ["request_rate=0"], "request_rate=0.0 is not valid; use a value > 0 or null"),
+    (SERVE + ["num_requests=0"], "num_requests=0 is not valid; use an integer >= 1 or null"),
+    (SERVE + ["max_time_s=0"], "max_time_s=0.0 is not valid; use a value > 0"),
+    (SERVE + ["request_timeout_s=-1"], "request_timeout_s=-1.0 is not valid; use a value > 0"),
+    (SERVE + ["server.api=grpc"], "server.api='grpc' is not valid; choose one of: chat, "
+                                  "completions"),
+    (SERVE + ["server.metrics=prom"], "server.metrics='prom' is not valid; choose one of: vllm, "
+                                      "sglang, none"),
+    (SERVE + ["server.host=10.0.0.5"], "server.host='10.0.0.5': the suite starts its server on "
+                                       "this machine; use 127.0.0.1"),
+    (SERVE + ["temperature=1", "check=distribution"], "check=distribution needs the target's "
+                                                      "logits: not on engine=openai"),
+]
+
+
+def tripped_rule(overrides):
+    """(message, line of the `_need` call in bench/config.py that refused the config)."""
+    cfg = compose(overrides)
+    with pytest.raises(UserError) as e:
+        validate(cfg)
+    tb = e.tb
+    line = None
+    while tb is not None:  # the innermost frame of validate/validate_serving: the rule's line
+        if tb.tb_frame.f_code.co_name in ("validate", "validate_serving"):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return str(e.value), line
+
+
+def rule_lines() -> set[int]:
+    """Lines of every `_need(...)` call in validate and validate_serving."""
+    src = inspect.getsource(config)
+    out = set()
+    for fn in ast.parse(src).body:
+        if isinstance(fn, ast.FunctionDef) and fn.name in ("validate", "validate_serving"):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "_need":
+                    out.add(node.lineno)
+    return out
+
+
+@pytest.mark.parametrize("overrides,message", RULES)
+def test_each_rule_is_one_line(overrides, message):
+    got, _ = tripped_rule(overrides)
+    assert message in got and "\n" not in got, got
+
+
+def test_every_rule_has_a_case():
+    hit = {tripped_rule(o)[1] for o, _ in RULES}
+    missing = rule_lines() - hit
+    assert not missing, f"rules in bench/config.py without a bad-input case: lines {missing}"
+
+
+# --- method knobs -------------------------------------------------------------------------
+
+NO_CASE = {  # (method, knob): why no value of the knob's type can be wrong
+    ("ar", "k"): "ar drafts nothing; a sweep's top-level k reaches it and is ignored",
+    ("hf_assisted", "engine"): "names the engine the method needs: the method=hf_pld/engine=lean "
+                               "rule above",
+    ("hf_pld", "engine"): "as hf_assisted's",
+    ("suffix", "max_spec_offset"): "any real: a negative offset asks for longer matches",
+    ("lookahead", "pool_from_prompt"): "true or false (the type check below)",
+    ("recycling", "hot_start"): "true or false (the type check below)",
+    ("suffix", "reuse_same_prompt"): "true or false (the type check below)",
+}
+
+KNOBS = [  # (method, {knob: bad value}, message)
+    ("draft", {"k": 0}, "method.k=0 is not valid for draft; use an integer >= 1"),
+    ("draft", {"model": "/nonexistent/draft"}, "'/nonexistent/draft'"),
+    ("oracle", {"k": 0}, "method.k=0 is not valid for oracle; use an integer >= 1"),
+    ("ngram", {"k": 0}, "method.k=0 is not valid for ngram; use an integer >= 1"),
+    ("ngram", {"min_n": 0}, "method.min_n=0, method.max_n=3: need 1 <= min_n <= max_n"),
+    ("ngram", {"max_n": 0}, "method.min_n=1, method.max_n=0: need 1 <= min_n <= max_n"),
+    ("hf_pld", {"k": 0}, "method.k=0 is not valid for hf_pld; use an integer >= 1"),
+    ("hf_pld", {"max_n": 0}, "method.max_n=0 is not valid for hf_pld; use an integer >= 1"),
+    ("hf_assisted", {"k": 0}, "method.k=0 is not valid for hf_assisted; use an integer >= 1"),
+    ("hf_assisted", {"model": "/nonexistent/draft"}, "'/nonexistent/draft'"),
+    ("hf_assisted", {"schedule": "often"}, "method.schedule='often' is not valid; choose one "
+                                           "of: constant, heuristic"),
+    ("hf_assisted", {"confidence": 2.0}, "method.confidence=2.0 is not valid for hf_assisted; "
+                                         "use a probability in [0, 1]"),
+    ("medusa", {"k": 0}, "method.k=0 is not valid for medusa"),
+    ("medusa", {"heads": "/nonexistent/heads"}, "method.heads='/nonexistent/heads'"),
+    ("medusa", {"num_heads": 9}, "method.num_heads=9 is not valid; the heads in"),
+    ("medusa", {"tree": "huge"}, "method.tree='huge' is unknown; choose one of: auto"),
+    ("medusa", {"tree_size": 0}, "method.tree_size=0 is not valid for medusa; use an integer "
+                                 ">= 1"),
+    ("medusa", {"acceptance": "lossy"}, "method.acceptance='lossy' is not valid for medusa; "
+                                        "choose one of: exact"),
+    ("medusa", {"draft_vocab": 0}, "method.draft_vocab=0 is not valid for medusa"),
+    ("medusa", {"acceptance": "typical", "posterior_threshold": 0.0},
+     "method.posterior_threshold=0.0 is not valid for medusa-typical; use a probability in "
+     "(0, 1]"),
+    ("medusa", {"acceptance": "typical", "posterior_alpha": -1.0},
+     "method.posterior_alpha=-1.0 is not valid for medusa-typical; use a value > 0"),
+    ("eagle", {"k": 0}, "method eagle: k=0 and top_k=8 must be ≥ 1"),
+    ("eagle", {"heads": "/nonexistent/head"}, "method.heads='/nonexistent/head'"),
+    ("eagle", {"top_k": 0}, "method eagle: k=6 and top_k=0 must be ≥ 1"),
+    ("eagle", {"total_tokens": 0}, "method.total_tokens=0 is not valid; give a positive integer "
+                                   "or auto"),
+    ("eagle", {"budget_ratio": 0.5}, "method.budget_ratio=0.5 is not valid for eagle; use a "
+                                     "factor >= 1"),
+    ("eagle", {"draft_vocab": 0}, "method.draft_vocab=0 is not valid for eagle"),
+    ("eagle3", {"k": 0}, "method eagle3: k=0 and top_k=8 must be ≥ 1"),
+    ("eagle3", {"heads": "/nonexistent/head"}, "method.heads='/nonexistent/head'"),
+    ("eagle3", {"top_k": 0}, "method eagle3: k=6 and top_k=0 must be ≥ 1"),
+    ("eagle3", {"total_tokens": "lots"}, "method.total_tokens='lots' is not valid"),
+    ("eagle3", {"budget_ratio": 0.0}, "method.budget_ratio=0.0 is not valid for eagle3"),
+    ("lookahead", {"k": 0}, "N=1"),
+    ("lookahead", {"W": 0}, "W=0, N=3, G=4: need W >= 1, N >= 2 (k >= 1), G >= 0"),
+    ("lookahead", {"N": 1}, "W=4, N=1, G=4: need W >= 1, N >= 2"),
+    ("lookahead", {"G": -1}, "W=4, N=3, G=-1: need"),
+    ("recycling", {"k": 0}, "method.tree='medium' with k=0 leaves no node; use k >= 1"),
+    ("recycling", {"tree": "huge"}, "method.tree='huge' is unknown"),
+    ("sam", {"k": 0}, "method sam: k=0: use an integer >= 1"),
+    ("sam", {"min_match": 0}, "method.min_match=0: use an integer >= 1"),
+    ("sam", {"corpus": "/nonexistent.txt"}, "method.corpus='/nonexistent.txt' is not a file"),
+    ("sam", {"fallback": "ngram"}, "method.fallback='ngram': choose one of: eagle, eagle3, "
+                                   "medusa"),
+    ("sam", {"fallback": "eagle", "fallback_overrides": {"top_k": 0}}, "top_k=0 must be ≥ 1"),
+    ("suffix", {"k": 0}, "method suffix: k=0: use an integer >= 1"),
+    ("suffix", {"shape": "star"}, "method.shape='star': choose one of: chain, tree"),
+    ("suffix", {"max_depth": 1}, "method.max_depth=1: use an integer >= 2"),
+    ("suffix", {"max_spec_factor": -1.0}, "method.max_spec_factor=-1.0: use a value >= 0"),
+    ("suffix", {"min_token_prob": 2.0}, "method.min_token_prob=2.0: use a value in [0, 1]"),
+    ("suffix", {"max_cached": -1}, "method.max_cached=-1: use an integer >= 0"),
+]
+
+
+def method_names() -> list[str]:
+    return sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
+
+
+def knobs_of(name: str) -> list[str]:
+    return [k for k in method_defaults(name) if not k.startswith("_") and k != "name"]
+
+
+def test_every_method_knob_has_a_case_or_a_reason():
+    covered = {(m, k) for m, kw, _ in KNOBS for k in kw} | set(NO_CASE)
+    missing = [(m, k) for m in method_names() for k in knobs_of(m) if (m, k) not in covered]
+    assert not missing, f"method knobs without a bad-input case: {missing}"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, tiny_draft_dir):
+    """Targets on both engine kinds the methods need, and real (random) heads for each."""
+    from drafters import medusa as heads_io
+    from test_eagle import save_head
+    from test_medusa import random_heads
+
+    lean, hf = wrap(tiny_llama(0), "lean"), wrap(tiny_llama(0), "hf")
+    d = tmp_path_factory.mktemp("heads")
+    heads_io.save(random_heads(lean.output_weight().shape[1], 4, 1), d / "medusa", "tiny",
+                  extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4})
+    return {"lean": lean, "hf": hf, "medusa": d / "medusa", "draft": tiny_draft_dir,
+            "eagle": save_head(lean, "eagle", d / "eagle"),
+            "eagle3": save_head(lean, "eagle3", d / "eagle3")}
+
+
+def build(env, name, knobs):
+    node = OmegaConf.merge(OmegaConf.load(CONF / "method" / f"{name}.yaml"), knobs)
+    target = env["hf" if name.startswith("hf_") else "lean"]
+    ctx = make_ctx(target)
+    ctx.model_cfg = OmegaConf.create({"draft": str(env["draft"]), "medusa": str(env["medusa"]),
+                                      "eagle": str(env["eagle"]), "eagle3": str(env["eagle3"])})
+    return build_method(node, ctx)
+
+
+@pytest.mark.parametrize("name", [m for m in method_names()])
+def test_every_method_builds_with_its_defaults(env, name):
+    build(env, name, {})  # so each bad case below fails for its knob, not for the setup
+
+
+@pytest.mark.parametrize("name,knobs,message", KNOBS,
+                         ids=[f"{m}-{'-'.join(kw)}" for m, kw, _ in KNOBS])
+def test_each_bad_knob_is_one_line(env, name, knobs, message):
+    with pytest.raises(UserError) as e:
+        build(env, name, knobs)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+NEEDS = [("draft", "method=draft needs a draft model: set model.draft="),
+         ("hf_assisted", "method=hf_assisted needs a draft model: set model.draft="),
+         ("medusa", "method=medusa needs heads: set method.heads=<dir> or model.medusa"),
+         ("eagle", "method=eagle needs a head: set method.heads=<dir or Hub id> or model.eagle"),
+         ("eagle3", "method=eagle3 needs a head: set method.heads=<dir or Hub id> or "
+                    "model.eagle3")]
+
+
+@pytest.mark.parametrize("name,message", NEEDS)
+def test_a_missing_drafter_is_one_line(env, name, message):
+    """A method whose drafter is neither its own knob nor in the model's config."""
+    node = OmegaConf.load(CONF / "method" / f"{name}.yaml")
+    ctx = make_ctx(env["hf" if name.startswith("hf_") else "lean"])
+    ctx.model_cfg = OmegaConf.create({"draft": None, "medusa": None, "eagle": None,
+                                      "eagle3": None})
+    with pytest.raises(UserError) as e:
+        build_method(node, ctx)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+TYPED = [(m, k, v) for m in method_names() for k, v in method_defaults(m).items()
+         if isinstance(v, (bool, int, float)) and not k.startswith("_")]
+
+
+@pytest.mark.parametrize("name,knob,default", TYPED, ids=[f"{m}-{k}" for m, k, _ in TYPED])
+def test_each_typed_knob_refuses_the_wrong_type(name, knob, default):
+    bad = "maybe" if isinstance(default, bool) else "abc"
+    with pytest.raises(UserError) as e:
+        check_overrides([f"method={name}", f"method.{knob}={bad}"])
+    msg = str(e.value)
+    assert f"method.{knob}='{bad}' is not valid for {name}; it takes" in msg and "\n" not in msg
