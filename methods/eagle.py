@@ -59,11 +59,11 @@ class Eagle(TreeMethod):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        ratio, vocab = cfg.get("budget_ratio", 1.5), cfg.get("draft_vocab")
-        self.need(float(ratio) >= 1, "budget_ratio", ratio, "use a factor >= 1 (the verify "
-                  "forward may cost this × a one-token forward)")
-        self.need(vocab is None or int(vocab) >= 1, "draft_vocab", vocab, "use an integer >= 1 "
-                  "or null (the full vocabulary)")
+        ratio, draft_vocab = float(cfg.get("budget_ratio", 1.5)), cfg.get("draft_vocab")
+        self.need(ratio >= 1, "budget_ratio", ratio, "use a factor >= 1 (the verify forward may "
+                  "cost this × a one-token forward)")
+        self.need(draft_vocab is None or int(draft_vocab) >= 1, "draft_vocab", draft_vocab,
+                  "use an integer >= 1 or null (the full vocabulary)")
         src = cfg.get("heads") or ctx.model_cfg.get(self.kind)
         if not src:
             raise UserError(f"method={self.name} needs a head: set method.heads=<dir or Hub id> "
@@ -79,7 +79,7 @@ class Eagle(TreeMethod):
                             f"method={self.head.kind}")
         self.hidden_layers = tuple(self.head.target_layers)
         frequent = (self.head_cfg.get("specsweep") or {}).get("frequent_ids")
-        vocab = self.head.restrict(frequent, cfg.get("draft_vocab"))
+        vocab = self.head.restrict(frequent, draft_vocab)
         self.depth = 6 if ctx.k(cfg) is None else int(ctx.k(cfg))
         self.top_k = int(cfg.get("top_k", 8))
         if self.depth < 1 or self.top_k < 1:
@@ -88,8 +88,7 @@ class Eagle(TreeMethod):
         total = cfg.get("total_tokens", "auto")
         self.budget_curve = None
         if total == "auto":
-            n, self.budget_curve = budget.auto_tokens(ctx.target,
-                                                      float(cfg.get("budget_ratio", 1.5)))
+            n, self.budget_curve = budget.auto_tokens(ctx.target, ratio)
             total = max(n - 1, 1)  # the root rides in the same forward
         try:
             self.total_tokens = int(total)

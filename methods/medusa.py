@@ -39,9 +39,9 @@ class Medusa(TreeMethod):
                   "tree)")
         self.need(acc in ("exact", "typical"), "acceptance", acc, "choose one of: exact "
                   "(lossless), typical (Medusa's, lossy)")
-        vocab = cfg.get("draft_vocab")
-        self.need(vocab is None or int(vocab) >= 1, "draft_vocab", vocab, "use an integer >= 1 "
-                  "or null (the full vocabulary)")
+        draft_vocab = cfg.get("draft_vocab")
+        self.need(draft_vocab is None or int(draft_vocab) >= 1, "draft_vocab", draft_vocab,
+                  "use an integer >= 1 or null (the full vocabulary)")
         path = cfg.get("heads") or ctx.model_cfg.get("medusa")
         if not path:
             raise UserError("method=medusa needs heads: set method.heads=<dir> or model.medusa")
@@ -56,12 +56,12 @@ class Medusa(TreeMethod):
         if not 1 <= n <= self.heads.num_heads:
             raise UserError(f"method.num_heads={n} is not valid; the heads in {path} have "
                             f"1..{self.heads.num_heads}")
-        depth = int(ctx.k(cfg)) if ctx.k(cfg) else n
+        depth = k or n
         tree = cfg.get("tree", "auto")
         tree = OmegaConf.to_container(tree) if OmegaConf.is_config(tree) else tree
         try:
             paths = static_trees.resolve(tree, hcfg.get("rank_accuracy"),
-                                         int(cfg.get("tree_size", 10)), depth, n)
+                                         int(size), depth, n)
         except KeyError:
             raise UserError(f"method.tree={tree!r} is unknown; choose one of: auto, "
                             f"{', '.join(static_trees.TREES)}, or a list of paths")
@@ -75,7 +75,7 @@ class Medusa(TreeMethod):
         self.lm_head = ctx.target.output_weight()
         # heads sharing the target's output layer may score only the most frequent tokens
         self.vocab = DraftVocab(self.lm_head, hcfg.get("frequent_ids"),
-                                cfg.get("draft_vocab") if self.heads.own is None else None)
+                                draft_vocab if self.heads.own is None else None)
         self.info = {"tree_nodes": self.layout.size, "depth": self.depth,
                      "draft_vocab": self.vocab.size}
         self.typical = cfg.get("acceptance", "exact") == "typical"

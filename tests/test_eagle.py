@@ -13,7 +13,7 @@ from bench.runner import build_method, execute
 from drafters import eagle as eagle_io
 from bench.train.eagle_spec import EagleSpec, unroll_mask
 from conftest import compose, tiny_llama
-from forced import check_forced, mostly_right
+from forced import run_forced
 from engines.load import wrap
 from methods.eagle import HeadCache
 from test_distcheck import tiny_run
@@ -200,15 +200,7 @@ def test_dynamic_tree_reproduces_ar(target, tmp_path, kind, knobs):
     # a random head accepts almost nothing: force right nodes at 60% so the head's after-accept
     # state (features of deep accepted paths) and the accept rule run, checked round by round
     for i, p in enumerate(prompts(2, seed=12)):
-        full = p + run(ar, p, n=50).output_ids
-        m = eagle_method(target, kind, d, **knobs)
-        seen = mostly_right(m, full, 128, 0.6, seed=i)
-        res = run(m, p)
-        assert res.output_ids == full[len(p):len(p) + 40]
-        if m.depth > 1 or m.total_tokens > 1:
-            check_forced(res, seen, 40)
-        else:
-            assert res.accepted_tokens == sum(seen["best"][:-1]) + res.round_accepted[-1] > 0
+        run_forced(eagle_method(target, kind, d, **knobs), ar, p, run, seed=i)
     if knobs["total_tokens"] == "auto":
         assert m.info["verify_cost_ms"] and m.total_tokens >= 1
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -211,16 +210,19 @@ def env(tmp_path_factory, tiny_draft_dir):
             "eagle3": save_head(lean, "eagle3", d / "eagle3")}
 
 
-def build(env, name, knobs):
+DRAFTERS = ("draft", "medusa", "eagle", "eagle3")
+
+
+def build(env, name, knobs, drafters=True):
+    """The method's YAML with `knobs` over it, on the engine it needs; the model config names
+    the test's drafters (or, drafters=False, none of them)."""
     node = OmegaConf.merge(OmegaConf.load(CONF / "method" / f"{name}.yaml"), knobs)
-    target = env["hf" if name.startswith("hf_") else "lean"]
-    ctx = make_ctx(target)
-    ctx.model_cfg = OmegaConf.create({"draft": str(env["draft"]), "medusa": str(env["medusa"]),
-                                      "eagle": str(env["eagle"]), "eagle3": str(env["eagle3"])})
+    ctx = make_ctx(env["hf" if name.startswith("hf_") else "lean"])
+    ctx.model_cfg = OmegaConf.create({d: str(env[d]) if drafters else None for d in DRAFTERS})
     return build_method(node, ctx)
 
 
-@pytest.mark.parametrize("name", [m for m in method_names()])
+@pytest.mark.parametrize("name", method_names())
 def test_every_method_builds_with_its_defaults(env, name):
     build(env, name, {})  # so each bad case below fails for its knob, not for the setup
 
@@ -244,12 +246,8 @@ NEEDS = [("draft", "method=draft needs a draft model: set model.draft="),
 @pytest.mark.parametrize("name,message", NEEDS)
 def test_a_missing_drafter_is_one_line(env, name, message):
     """A method whose drafter is neither its own knob nor in the model's config."""
-    node = OmegaConf.load(CONF / "method" / f"{name}.yaml")
-    ctx = make_ctx(env["hf" if name.startswith("hf_") else "lean"])
-    ctx.model_cfg = OmegaConf.create({"draft": None, "medusa": None, "eagle": None,
-                                      "eagle3": None})
     with pytest.raises(UserError) as e:
-        build_method(node, ctx)
+        build(env, name, {}, drafters=False)
     assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 

@@ -37,7 +37,6 @@ def run(m, prompt, n=40, eos=frozenset()):
     return generate(m, prompt, n, GREEDY, set(eos), Clock(torch.device("cpu")))
 
 
-
 def prompts(count, seed=0):
     g = torch.Generator().manual_seed(seed)
     out = []

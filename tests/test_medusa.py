@@ -10,11 +10,10 @@ from omegaconf import OmegaConf
 from drafters import medusa as heads_io
 from bench.tree import TreeLayout
 from bench.treeverify import keep_path, verify_tree
-from forced import check_forced, mostly_right
+from forced import run_forced
 from methods import static_trees
 from test_lossless_greedy import make_ctx, prompts, run
 from bench.runner import build_method
-
 
 
 def test_tree_nodes_match_sequential_decoding(target):
@@ -91,11 +90,7 @@ def test_medusa_reproduces_ar(target, tmp_path, tree):
     # random heads accept almost nothing: force right nodes at 60% so the accept path runs deep
     # and rejects part-way down, and check it takes exactly the right path each round
     for i, p in enumerate(prompts(3, seed=8)):
-        full = p + run(ar, p, n=50).output_ids
-        seen = mostly_right(md, full, 128, 0.6, seed=i)
-        res = run(md, p)
-        assert res.output_ids == full[len(p):len(p) + 40]
-        check_forced(res, seen, 40)
+        run_forced(md, ar, p, run, seed=i)
 
 
 def test_medusa_sampling_is_seeded(target, tmp_path):

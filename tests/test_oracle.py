@@ -13,7 +13,6 @@ from test_lossless_greedy import make_ctx, method, prompts
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-
 @pytest.mark.parametrize("k", [1, 3, 8])
 def test_oracle_accepts_every_draft_and_is_exact(target, k):
     ctx = make_ctx(target, k)

@@ -18,6 +18,7 @@ from bench.clock import Clock
 from bench.loop import generate
 from bench.sampling import SamplingParams, probs
 from conftest import save_tiny, tiny_llama
+from forced import planted
 from test_lossless_greedy import make_ctx, method, prompts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -28,7 +29,6 @@ CLOCK = Clock(torch.device("cpu"))
 def self_draft_dir(tmp_path_factory):
     """The target's own weights saved as a draft model (seed 0, 2 layers, as tiny_llama(0))."""
     return save_tiny(tmp_path_factory.mktemp("selfdraft"), seed=0, layers=2)
-
 
 
 @pytest.mark.parametrize("k", [1, 4])
@@ -115,47 +115,6 @@ def test_top_p_ties_at_the_boundary_keep_the_same_mass(top_p):
 
 # --- a planted right path in a tree is the one accepted -------------------------------------
 
-def planted(m, full: list[int], vocab: int):
-    """Wrap m.draft: the deepest node that is not on the first-child chain gets the target's own
-    greedy continuation along its root path (from `full`, the ar output past the budget); every
-    other node gets a wrong token. At T = 0 only that path can be accepted, to its end."""
-    import dataclasses
-
-    orig = m.draft
-    picked = []
-
-    def draft(state):
-        prop = orig(state)
-        parents = list(prop.layout.parents)
-        if not parents:  # nothing drafted this round (recycling before its matrix fills)
-            picked.append((0, False))
-            return prop
-        depth, first = [], []
-        for i, a in enumerate(parents):
-            depth.append(1 if a < 0 else depth[a] + 1)
-            first.append(parents.index(a) == i)  # the first child of its parent
-        off_chain = [i for i in range(len(parents)) if not first[i]
-                     or any(not first[j] for j in ancestors(parents, i))]
-        leaf = max(off_chain or range(len(parents)), key=lambda i: (depth[i], i))
-        path = set(ancestors(parents, leaf)) | {leaf}
-        at = state.length  # full[at + d − 1] is the right token at depth d
-        tokens = [full[at + depth[i] - 1] if i in path else (full[at + depth[i] - 1] + 1) % vocab
-                  for i in range(len(parents))]
-        picked.append((depth[leaf], bool(off_chain)))
-        return dataclasses.replace(prop, tokens=torch.tensor(tokens, dtype=torch.long,
-                                                            device=prop.tokens.device))
-    m.draft = draft
-    return picked
-
-
-def ancestors(parents, i):
-    out = []
-    while parents[i] >= 0:
-        i = parents[i]
-        out.append(i)
-    return out
-
-
 def tree_method(name, target, tmp_path):
     from omegaconf import OmegaConf
 
@@ -169,11 +128,8 @@ def tree_method(name, target, tmp_path):
         node = {"_target_": "methods.medusa.Medusa", "name": "medusa", "k": None,
                 "heads": str(d), "tree": "medium", "tree_size": 8}
     elif name in ("eagle", "eagle3"):
-        from test_eagle import save_head
-        d = save_head(target, name, tmp_path / name, seed=3)
-        node = {"_target_": f"methods.{name}.{'Eagle' if name == 'eagle' else 'Eagle3'}",
-                "name": name, "k": 4, "heads": str(d), "top_k": 3, "total_tokens": 10,
-                "budget_ratio": 1.5}
+        from test_eagle import eagle_method, save_head
+        return eagle_method(target, name, save_head(target, name, tmp_path / name, seed=3))
     else:
         from bench.config import CONF
         node = OmegaConf.load(CONF / "method" / f"{name}.yaml")

@@ -31,7 +31,6 @@ def conf(name: str, **kw):
     return OmegaConf.merge(node, kw)
 
 
-
 def repetitive(count, seed=0):
     """Prompts with a repeated segment (retrieval methods find matches at once)."""
     g = torch.Generator().manual_seed(seed)
