@@ -1,8 +1,11 @@
 """Interference: a real CPU hog during part of a run is noticed, re-measured and flagged.
 
-The hog is two busy subprocesses (one per core of the machines this suite is tested on) that
-run during the first repeat pair of one prompt only; the run must flag that prompt's unit,
-give it extra pairs, keep the quiet ones, and report a speedup close to a quiet run's.
+The hog is one busy subprocess per core, running during the first repeat pair of one prompt
+only. The run must see it in its load probe, flag that prompt's unit, give it extra pairs and
+leave the hogged pair out of the unit's speedup. Whether the extra pairs come out quiet depends
+on the machine after the hog stops (a shared CI machine may stay noisy), so the test checks that
+the run's verdicts follow the rules from what it recorded, not that the machine became quiet:
+how much a hog moves a cell's speedup is a benchmark's question, not a test's.
 """
 from __future__ import annotations
 
@@ -11,13 +14,16 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 
 from bench import interference
+from bench.metrics import unit_speed
 from bench.runner import Runner, execute
 from conftest import compose
 
 HOGGED = 2  # the prompt (by position) whose first pair runs beside the hog
+REMEASURE = 3
 
 
 def machine_busy(seconds: float = 1.0) -> float:
@@ -27,13 +33,11 @@ def machine_busy(seconds: float = 1.0) -> float:
     return probe.stop()["others_cpu"] or 0.0
 
 
-def run(tiny_target_dir, out, hog: bool):
+def run_with_hog(tiny_target_dir, out):
     cfg = compose(["method=ngram", "model=hf", f"model.target={tiny_target_dir}",
                    "model.dtype=float32", "device=cpu", "device.threads=1", "task=code",
-                   "limit=5", "max_new_tokens=64", "repeats=2", "warmup=1", "remeasure=2",
-                   f"out={out}"])
-    if not hog:
-        return execute(cfg, out)[0]
+                   "limit=5", "max_new_tokens=64", "repeats=2", "warmup=1",
+                   f"remeasure={REMEASURE}", f"out={out}"])
     real_pair = Runner.pair
     seen = []
 
@@ -54,34 +58,54 @@ def run(tiny_target_dir, out, hog: bool):
 
     Runner.pair = pair
     try:
-        return execute(cfg, out)[0], seen[HOGGED]
+        return execute(cfg, out)[0].iloc[0], seen[HOGGED]
     finally:
         Runner.pair = real_pair
 
 
-def test_a_cpu_hog_is_flagged_remeasured_and_cleaned(tiny_target_dir, tmp_path):
-    import pandas as pd
-
+def test_a_cpu_hog_is_flagged_remeasured_and_left_out(tiny_target_dir, tmp_path):
     busy = machine_busy()
     if busy > 0.1:
-        pytest.skip(f"other work already uses {busy:.0%} of this machine: no quiet reference")
-    quiet = run(tiny_target_dir, tmp_path / "quiet", hog=False)
-    hogged, pid = run(tiny_target_dir, tmp_path / "hog", hog=True)
-    recs = pd.read_json(tmp_path / "hog" / "records.jsonl", lines=True)
+        pytest.skip(f"other work already uses {busy:.0%} of this machine: the hog would not stand out")
+    summary, pid = run_with_hog(tiny_target_dir, tmp_path)
+    recs = pd.read_json(tmp_path / "records.jsonl", lines=True)
+    assert (recs.turn == 0).all()  # one turn per prompt: a unit is a prompt
     unit = recs[recs.prompt_id == pid]
     first = unit[unit.repeat == 0]
-    assert (first.others_cpu > 0.25).all()  # the load probe saw the hog
+    # the load probe saw the hog, so the hogged repeats are not quiet and the unit is disturbed
+    assert (first.others_cpu > 0.25).all()
     assert not first.quiet.any()
-    assert unit.unit_disturbed.all() and (unit.remeasured >= 1).all()
-    assert unit.unit_clean.all()  # the extra pairs ran after the hog stopped
-    assert unit.repeat.max() >= 2  # at least one re-measured pair was recorded
-    r, q = hogged.iloc[0], quiet.iloc[0]
-    # the summary counts the hogged unit as disturbed and re-measured, and not as unclean
-    # (another unit of millisecond turns may stay disturbed by the VM's own noise)
-    assert r.disturbed_units >= 1 and r.remeasured >= 1
-    assert r.unclean_units <= r.disturbed_units - 1
-    # the quiet pairs carry the cell: within 25% of the quiet run's speedup
-    assert abs(r.speedup / q.speedup - 1) < 0.25, (r.speedup, q.speedup)
+    assert unit.unit_disturbed.all()
+    # re-measured: extra pairs were run and recorded, as many as the unit's verdicts called for
+    n_extra = int(unit.remeasured.iloc[0])
+    assert 1 <= n_extra <= REMEASURE and (unit.remeasured == n_extra).all()
+    assert sorted(unit[unit.role == "method"].repeat) == list(range(2 + n_extra))
+    assert unit[unit.repeat >= 2].extra_round.all() and not unit[unit.repeat < 2].extra_round.any()
+    # clean means two pairs with both sides quiet; the run stops re-measuring once clean, and
+    # only gives up after its last allowed round
+    by_side = unit.pivot_table(index="repeat", columns="role", values="quiet", aggfunc="first")
+    both = by_side.baseline.astype(bool) & by_side.method.astype(bool)
+    assert not both.iloc[0]
+    assert unit.unit_clean.all() == (both.sum() >= 2)
+    if unit.unit_clean.all():
+        assert both.iloc[:-1].sum() < 2  # the last extra pair was the one that made it clean
+    else:
+        assert n_extra == REMEASURE
+    # the summary counts it, and (when quiet pairs exist) its speedup leaves the hogged pair out
+    assert summary.disturbed_units >= 1 and summary.remeasured >= 1
+    assert summary.unclean_units == int((~recs[recs.repeat == 0].groupby("prompt_id")
+                                         .unit_clean.first().astype(bool)).sum())
+    m, b = recs[recs.role == "method"], recs[recs.role == "baseline"]
+    got = unit_speed(m, b).set_index("prompt_id").ratio[pid]
+    def speed(side):
+        one = side[side.prompt_id == pid].set_index("repeat")
+        return one.new_tokens / one.wall_s
+
+    ratios = speed(m) / speed(b)
+    if both.any():
+        assert got == pytest.approx(ratios[both[both].index].median())
+    else:
+        assert got == pytest.approx(ratios.median())
 
 
 def test_judge_flags_disagreeing_repeats_and_interference():
