@@ -130,6 +130,14 @@ class TreeMethod(Method):
 
     hidden_layers: tuple = ()  # target hidden states the drafter reads from each verify
 
+    def draft_vocab(self):
+        """method.draft_vocab, checked: how many of the most frequent tokens the drafter scores
+        (an integer >= 1), or None for the full vocabulary."""
+        n = self.cfg.get("draft_vocab")
+        self.need(n is None or int(n) >= 1, "draft_vocab", n,
+                  "use an integer >= 1 or null (the full vocabulary)")
+        return n
+
     def verify(self, state: DecodeState, proposal: TreeProposal):
         """→ (logits (N+1, V): row 0 the root, row i + 1 node i; hidden states asked for)."""
         out = verify_tree(self.target, state.last, proposal.tokens, proposal.layout, state.cache,

@@ -59,11 +59,10 @@ class Eagle(TreeMethod):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        ratio, draft_vocab = float(cfg.get("budget_ratio", 1.5)), cfg.get("draft_vocab")
+        ratio = float(cfg.get("budget_ratio", 1.5))
         self.need(ratio >= 1, "budget_ratio", ratio, "use a factor >= 1 (the verify forward may "
                   "cost this × a one-token forward)")
-        self.need(draft_vocab is None or int(draft_vocab) >= 1, "draft_vocab", draft_vocab,
-                  "use an integer >= 1 or null (the full vocabulary)")
+        draft_vocab = self.draft_vocab()
         src = cfg.get("heads") or ctx.model_cfg.get(self.kind)
         if not src:
             raise UserError(f"method={self.name} needs a head: set method.heads=<dir or Hub id> "

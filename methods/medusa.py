@@ -39,9 +39,7 @@ class Medusa(TreeMethod):
                   "tree)")
         self.need(acc in ("exact", "typical"), "acceptance", acc, "choose one of: exact "
                   "(lossless), typical (Medusa's, lossy)")
-        draft_vocab = cfg.get("draft_vocab")
-        self.need(draft_vocab is None or int(draft_vocab) >= 1, "draft_vocab", draft_vocab,
-                  "use an integer >= 1 or null (the full vocabulary)")
+        draft_vocab = self.draft_vocab()
         path = cfg.get("heads") or ctx.model_cfg.get("medusa")
         if not path:
             raise UserError("method=medusa needs heads: set method.heads=<dir> or model.medusa")
@@ -78,7 +76,7 @@ class Medusa(TreeMethod):
                                 draft_vocab if self.heads.own is None else None)
         self.info = {"tree_nodes": self.layout.size, "depth": self.depth,
                      "draft_vocab": self.vocab.size}
-        self.typical = cfg.get("acceptance", "exact") == "typical"
+        self.typical = acc == "typical"
         if self.typical:
             self.name, self.lossless = "medusa-typical", False
             self.posterior_threshold = float(cfg.get("posterior_threshold", 0.09))

@@ -52,11 +52,15 @@ def tiny_llama(seed: int, vocab: int = 128, layers: int = 2, hidden: int = 32):
     return LlamaForCausalLM(cfg).eval()
 
 
-def save_tiny(path: Path, seed: int, layers: int = 2, vocab: int = 128) -> Path:
-    model = tiny_llama(seed, vocab=vocab, layers=layers)
+def save_with_tokenizer(model, path: Path) -> Path:
+    """A model directory as the suite loads it: the model's files and the tiny tokenizer."""
     model.save_pretrained(path)
     tiny_tokenizer().save_pretrained(path)
     return path
+
+
+def save_tiny(path: Path, seed: int, layers: int = 2, vocab: int = 128) -> Path:
+    return save_with_tokenizer(tiny_llama(seed, vocab=vocab, layers=layers), path)
 
 
 @pytest.fixture(scope="module", params=["hf", "lean"])
@@ -102,10 +106,7 @@ def near_llama(scale: float = 0.1, seed: int = 5):
 
 @pytest.fixture(scope="session")
 def near_draft_dir(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("near")
-    near_llama().save_pretrained(path)
-    tiny_tokenizer().save_pretrained(path)
-    return path
+    return save_with_tokenizer(near_llama(), tmp_path_factory.mktemp("near"))
 
 
 def compose(overrides: list[str]):

@@ -18,7 +18,7 @@ from bench.distcheck import END, bonferroni, two_sample_pvalue
 from bench.loop import generate
 from bench.runner import execute
 from bench.sampling import SamplingParams
-from conftest import compose, tiny_tokenizer
+from conftest import compose, save_with_tokenizer
 from methods.base import Method
 from methods.ngram import NGram
 from test_lossless_greedy import make_ctx, method, prompts
@@ -39,10 +39,7 @@ def cut_draft_dir(tiny_target_dir, tmp_path_factory):
     model = AutoModelForCausalLM.from_pretrained(tiny_target_dir)
     model.model.layers = model.model.layers[:1]
     model.config.num_hidden_layers = 1
-    out = tmp_path_factory.mktemp("cut_draft")
-    model.save_pretrained(out)
-    tiny_tokenizer().save_pretrained(out)
-    return out
+    return save_with_tokenizer(model, tmp_path_factory.mktemp("cut_draft"))
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # many small ops: a second thread only waits

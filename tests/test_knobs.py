@@ -66,6 +66,15 @@ RULES = [  # (overrides, message): each trips one rule of validate()/validate_se
 ]
 
 
+def refusal(fn, *args, **kw) -> str:
+    """fn(*args, **kw) must refuse with a UserError of one line; → its message."""
+    with pytest.raises(UserError) as e:
+        fn(*args, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
 def tripped_rule(overrides):
     """(message, line of the `_need` call in bench/config.py that refused the config)."""
     cfg = compose(overrides)
@@ -230,9 +239,8 @@ def test_every_method_builds_with_its_defaults(env, name):
 @pytest.mark.parametrize("name,knobs,message", KNOBS,
                          ids=[f"{m}-{'-'.join(kw)}" for m, kw, _ in KNOBS])
 def test_each_bad_knob_is_one_line(env, name, knobs, message):
-    with pytest.raises(UserError) as e:
-        build(env, name, knobs)
-    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+    msg = refusal(build, env, name, knobs)
+    assert message in msg, msg
 
 
 NEEDS = [("draft", "method=draft needs a draft model: set model.draft="),
@@ -246,9 +254,8 @@ NEEDS = [("draft", "method=draft needs a draft model: set model.draft="),
 @pytest.mark.parametrize("name,message", NEEDS)
 def test_a_missing_drafter_is_one_line(env, name, message):
     """A method whose drafter is neither its own knob nor in the model's config."""
-    with pytest.raises(UserError) as e:
-        build(env, name, {}, drafters=False)
-    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+    msg = refusal(build, env, name, {}, drafters=False)
+    assert message in msg, msg
 
 
 TYPED = [(m, k, v) for m in method_names() for k, v in method_defaults(m).items()
@@ -258,7 +265,5 @@ TYPED = [(m, k, v) for m in method_names() for k, v in method_defaults(m).items(
 @pytest.mark.parametrize("name,knob,default", TYPED, ids=[f"{m}-{k}" for m, k, _ in TYPED])
 def test_each_typed_knob_refuses_the_wrong_type(name, knob, default):
     bad = "maybe" if isinstance(default, bool) else "abc"
-    with pytest.raises(UserError) as e:
-        check_overrides([f"method={name}", f"method.{knob}={bad}"])
-    msg = str(e.value)
-    assert f"method.{knob}='{bad}' is not valid for {name}; it takes" in msg and "\n" not in msg
+    msg = refusal(check_overrides, [f"method={name}", f"method.{knob}={bad}"])
+    assert f"method.{knob}='{bad}' is not valid for {name}; it takes" in msg
