@@ -5,6 +5,7 @@
 3. the artifact in its published layout under `out` (default artifacts/<model>/<drafter>/).
 Checkpoints and logs go to the Hydra run dir under $SPECSWEEP_CACHE/train/<drafter>/.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from bench.errors import UserError
+from groundfloor.errors import UserError
 
 SPECS = ("medusa", "draft", "eagle", "eagle3")
 
@@ -28,10 +29,10 @@ def needed_layers(cfg) -> list[int]:
     if name == "draft":
         return []
     if name == "eagle3":
-        from drafters.eagle import default_layers
         from transformers import AutoConfig
 
-        from bench.models import resolve_path
+        from drafters.eagle import default_layers
+        from groundfloor.models import resolve_path
 
         n = AutoConfig.from_pretrained(resolve_path(str(cfg.target))).num_hidden_layers
         layers = list(cfg.drafter.get("layers") or default_layers("eagle3", n))
@@ -43,48 +44,102 @@ def run(cfg: DictConfig) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from bench.models import load_model
     from bench.train import distill, loop, specs
+    from groundfloor.models import load_model
 
     name = cfg.drafter.name
     if name not in SPECS:
-        raise UserError(f"drafter={name!r} cannot be trained yet; choose one of: {', '.join(SPECS)}")
+        raise UserError(
+            f"drafter={name!r} cannot be trained yet; choose one of: {', '.join(SPECS)}"
+        )
     work = Path(HydraConfig.get().runtime.output_dir)
     out = Path(cfg.out)
     t0 = time.time()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True)) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    ) as progress:
         from bench.train.sources import from_config
 
         rows, stats = from_config(cfg)
-        data = distill.build(str(cfg.target), rows, int(cfg.max_new_tokens), list(cfg.layers),
-                             distill.settings_of(cfg), int(cfg.distill.batch), progress,
-                             need=needed_layers(cfg))
+        data = distill.build(
+            str(cfg.target),
+            rows,
+            int(cfg.max_new_tokens),
+            list(cfg.layers),
+            distill.settings_of(cfg),
+            distill.batch_of(cfg),
+            progress,
+            need=needed_layers(cfg),
+        )
         t_data = time.time() - t0
         target, _ = load_model(cfg.target, torch.device("cpu"), getattr(torch, cfg.dtype))
         d = cfg.drafter
         torch.manual_seed(int(cfg.seed))  # the drafter's initial weights come from this seed
         if name == "medusa":
-            spec = specs.MedusaSpec(data, target, int(d.num_heads), int(d.num_layers),
-                                    int(d.batch_size), float(cfg.holdout), str(cfg.target))
+            spec = specs.MedusaSpec(
+                data,
+                target,
+                int(d.num_heads),
+                int(d.num_layers),
+                int(d.batch_size),
+                float(cfg.holdout),
+                str(cfg.target),
+            )
         elif name == "draft":
-            spec = specs.DraftSpec(data, target, int(d.num_layers), int(d.vocab_size),
-                                   int(d.batch_size), float(cfg.holdout), str(cfg.target))
+            spec = specs.DraftSpec(
+                data,
+                target,
+                int(d.num_layers),
+                int(d.vocab_size),
+                int(d.batch_size),
+                float(cfg.holdout),
+                str(cfg.target),
+            )
         else:
             from bench.train.eagle_spec import EagleSpec
-            spec = EagleSpec(data, target, name, int(d.unroll), int(d.eval_unroll),
-                             d.get("vocab_size"), int(d.batch_size), float(cfg.holdout),
-                             str(cfg.target), d.get("layers"), bool(d.get("soft", False)))
-        result = loop.train(spec, work, int(d.steps), float(d.lr), int(d.warmup),
-                            int(d.ckpt_every), int(d.eval_every), int(cfg.seed),
-                            bool(cfg.resume), progress, d.get("patience"),
-                            int(d.get("eval_batches", 20)))
+
+            spec = EagleSpec(
+                data,
+                target,
+                name,
+                int(d.unroll),
+                int(d.eval_unroll),
+                d.get("vocab_size"),
+                int(d.batch_size),
+                float(cfg.holdout),
+                str(cfg.target),
+                d.get("layers"),
+                bool(d.get("soft", False)),
+            )
+        result = loop.train(
+            spec,
+            work,
+            int(d.steps),
+            float(d.lr),
+            int(d.warmup),
+            int(d.ckpt_every),
+            int(d.eval_every),
+            int(cfg.seed),
+            bool(cfg.resume),
+            progress,
+            d.get("patience"),
+            int(d.get("eval_batches", 20)),
+        )
     spec.save(out, result)
     (out / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    summary = {"drafter": name, "data_seconds": round(t_data, 1),
-               "total_seconds": round(time.time() - t0, 1), "prompt_sources": stats,
-               "sequences": len(data), **result,
-               "artifact_bytes": sum(f.stat().st_size for f in out.iterdir())}
+    summary = {
+        "drafter": name,
+        "data_seconds": round(t_data, 1),
+        "total_seconds": round(time.time() - t0, 1),
+        "prompt_sources": stats,
+        "sequences": len(data),
+        **result,
+        "artifact_bytes": sum(f.stat().st_size for f in out.iterdir()),
+    }
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
 

@@ -1,24 +1,25 @@
-"""Self-distillation data: the target answers the training prompts; we keep its tokens and states.
+"""Self-distillation data: the target answers the training prompts; we keep its token ids.
 
-    python -m bench.train.distill [target=...] [limit=N] [device=cuda]   # build (resumable)
+    python -m bench.train.distill [target=...] [limit=N] [distill.device=cuda]   # build (resumable)
 
 Batches of prompts of similar length are decoded together on the engine layer (engines/:
-the lean forward where supported), left-padded, one token per row per step; a row stops at
-EOS or `max_new_tokens`. Half of the prompts (by a hash of their id) are answered greedily, the
-other half sampled at T = 1, as EAGLE-3's data is. The hidden states a drafter needs come from
-the same forwards (no second pass): for every position of prompt + answer,
-    ids     (L,)        int32   prompt + answer token ids
-    start   int                 index of the first answer token
-    hidden  {layer: (L, H)}     bfloat16 states at transformers' hidden_states indices
-                                (−1: the last layer after the final norm)
-Two-turn prompts (ShareGPT) continue with the second user turn after the target's own first
-answer; its record is the whole second-turn prompt and answer.
+the lean forward where supported), left-padded, one token per row per step. A row stops at EOS
+or `max_new_tokens` and leaves the batch (its cache rows are dropped), so the step's width is the
+number of rows still answering. Half of the prompts (by a hash of their id) are answered
+greedily, the other half sampled at T = 1, as EAGLE-3's data is; only the sampled rows pay for
+a softmax and a draw. Two-turn prompts (ShareGPT) continue with the second user turn after the
+target's own first answer; its record is the whole second-turn prompt and answer.
 
-Storage: $SPECSWEEP_CACHE/distill/<key>/shard-NNNN.pt (ids, starts, meta) plus one file per
-layer (shard-NNNN.h<layer>.pt), so a drafter loads only the layers it uses. The key hashes the
-target, engine settings, prompts and lengths: later runs reuse it, an interrupted run resumes
-at the first missing shard. It is a one-off build, never a CI step.
+What is kept is small and lasting: per shard of 128 prompts one compressed file of uint16 ids,
+    tokens   (sum L,)  uint16   every record's prompt + answer ids, concatenated
+    lengths  (R,)      int32    L per record;  starts (R,) int32: index of the first answer id
+    turn, temperature, qid, source (R,)         what each record is
+written to `distill.ids_dir` (the repository's artifacts/<model>/data/ for the shipped target,
+so that a build continues on any machine from the committed shards). The hidden states a
+drafter trains on are not stored there: bench/train/states.py recomputes them from the ids by
+a teacher-forced forward, only for the layers that drafter needs, into the local cache.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,18 +27,23 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from bench.models import cache_root
+from bench.train.states import left_padded, with_states
+from groundfloor.paths import ROOT, cache_root
 
 SHARD = 128  # prompts per shard file
+WHAT_KEYS = ("weights", "seed", "extra_benchmarks")  # settings that change the answers
 
 
-def data_key(target: str, rows: list[dict], settings: dict) -> str:
-    """The folder's key: target, settings and the first rows. Shard i always holds rows
-    [i·SHARD, (i+1)·SHARD) of the (seeded, prefix-stable) selection, so raising or lowering
-    `limit` keeps every finished shard."""
-    h = hashlib.sha256(json.dumps([target, settings], sort_keys=True).encode())
+def data_key(target: str, rows: list[dict], max_new: int, settings: dict) -> str:
+    """The folder's key: target, length cap, weights, seed and the first rows. Shard i always
+    holds rows [i·SHARD, (i+1)·SHARD) of the (seeded, prefix-stable) selection, so raising or
+    lowering `limit` keeps every finished shard. How the answers are computed (engine, kernel,
+    device, batch) is recorded in each shard, not keyed: another machine continues the set."""
+    what = {k: settings[k] for k in WHAT_KEYS if k in settings}
+    h = hashlib.sha256(json.dumps([target, max_new, what], sort_keys=True).encode())
     for r in rows[:SHARD]:
         h.update(json.dumps([r["question_id"], r["turns"]]).encode())
     return h.hexdigest()[:16]
@@ -48,135 +54,325 @@ def sampled(prompt_id: str) -> bool:
     return hashlib.sha256(prompt_id.encode()).digest()[0] % 2 == 1
 
 
+def prefill_groups(lengths: list[int], tokens: int = 4096, waste: float = 0.1):
+    """Index groups of a length-sorted batch to prefill together: consecutive rows while the
+    group's padded size stays within `tokens` and its padding within `waste` of it."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    group: list[int] = []
+    for i in order:
+        w, n = lengths[i], len(group) + 1  # sorted: the newcomer is the longest
+        if group and (n * w > tokens or n * w - sum(lengths[j] for j in group) - w > waste * n * w):
+            yield group
+            group = []
+        group.append(i)
+    if group:
+        yield group
+
+
 @torch.inference_mode()
-def decode_batch(engine, prompts: list[list[int]], max_new: int, temps: list[float],
-                 layers: list[int], eos: set[int], generator=None) -> list[dict]:
-    """Answers for a batch of prompt id lists, with hidden states at every position.
+def decode_batch(
+    engine,
+    prompts: list[list[int]],
+    max_new: int,
+    temps: list[float],
+    layers: list[int],
+    eos: set[int],
+    generator=None,
+    stats=None,
+) -> list[dict]:
+    """Answers for a batch of prompt id lists; with `layers`, also the decode's own hidden
+    states at every position (bfloat16), which bench/train/states.py must reproduce.
 
     Rows are left-padded to the longest prompt; position ids skip the padding and the mask hides
-    it, so each row computes what it would alone (up to the batch's float reductions).
+    it, so each row computes what it would alone (up to the batch's float reductions). A row that
+    ends leaves the batch: its cache rows are dropped, so later steps are narrower.
     """
     dev = engine.device
     B, W = len(prompts), max(map(len, prompts))
-    pad = [W - len(p) for p in prompts]
-    ids = torch.zeros(B, W, dtype=torch.long, device=dev)
-    for b, p in enumerate(prompts):
-        ids[b, pad[b]:] = torch.tensor(p, device=dev)
-    padt = torch.tensor(pad, device=dev)
-    cols = torch.arange(W, device=dev)
-    valid = cols[None] >= padt[:, None]  # (B, W) key is a real token
-    pos = (cols[None] - padt[:, None]).clamp_min(0)
-    causal = cols[:, None] >= cols[None, :]
-    # real keys only; a padding row sees itself, so its (unused) output stays finite
-    mask = causal[None] & (valid[:, None, :] | torch.eye(W, dtype=torch.bool, device=dev)[None])
+    valid = (
+        torch.arange(W, device=dev)[None]
+        >= torch.tensor([W - len(p) for p in prompts], device=dev)[:, None]
+    )
     cache = engine.new_cache(W + max_new + 1, batch=B)
-    out = engine.forward(ids, cache, positions=pos, mask=mask, logits_to_keep=1,
-                         hidden=tuple(layers))
-    states = {l: [out.hidden[l].to(torch.bfloat16).cpu()] for l in layers}
-    logits = out.logits[:, -1].float()
-    temp = torch.tensor(temps, device=dev)[:, None]
-    answers = [[] for _ in range(B)]
-    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    states = [{} for _ in range(B)]
+    logits = None
+    for group in prefill_groups([len(p) for p in prompts]):
+        # prefill a group of similar lengths alone, then place its keys and values right-aligned
+        # in the batch's cache: padding costs no compute, and the mask hides the columns between
+        ids, pos, mask, _, pad = left_padded([prompts[b] for b in group], dev)
+        w = ids.shape[1]
+        part = engine.new_cache(w + 1, batch=len(group))
+        out = engine.forward(
+            ids, part, positions=pos, mask=mask, logits_to_keep=1, hidden=tuple(layers)
+        )
+        rows = torch.tensor(group, device=dev)
+        cache.k[:, rows, :, W - w : W] = part.k[:, :, :, :w]
+        cache.v[:, rows, :, W - w : W] = part.v[:, :, :, :w]
+        if logits is None:
+            logits = out.logits.new_empty(B, out.logits.shape[-1], dtype=torch.float32)
+        logits[rows] = out.logits[:, -1].float()
+        for j, b in enumerate(group):
+            states[b] = {
+                l: [out.hidden[l][j, int(pad[j]) :].to(torch.bfloat16).cpu()] for l in layers
+            }
+        if stats is not None:
+            stats["prefill"] += ids.numel()
+    cache.length = W
+    live = list(range(B))  # batch row r answers prompt live[r]
+    hot = torch.tensor([t > 0 for t in temps], device=dev)
+    temp = torch.tensor(temps, device=dev).clamp_min(1e-6)
     lens = torch.tensor([len(p) for p in prompts], device=dev)
+    answers = [[] for _ in range(B)]
     for t in range(max_new):
-        greedy = logits.argmax(-1)
-        probs = torch.softmax(logits / temp.clamp_min(1e-6), -1)
-        drawn = torch.multinomial(probs, 1, generator=generator)[:, 0]
-        nxt = torch.where(temp[:, 0] > 0, drawn, greedy)
-        nxt = torch.where(done, torch.zeros_like(nxt), nxt)
-        for b in range(B):
-            if not done[b]:
-                answers[b].append(int(nxt[b]))
-                if int(nxt[b]) in eos:
-                    done[b] = True
-        # feed the new tokens (also after the last one, for its hidden state)
-        valid = torch.cat([valid, torch.ones(B, 1, dtype=torch.bool, device=dev)], 1)
-        step_mask = valid[:, None, :]
-        out = engine.forward(nxt[:, None], cache, positions=(lens + t)[:, None],
-                             mask=step_mask, logits_to_keep=1, hidden=tuple(layers))
-        for l in layers:
-            states[l].append(out.hidden[l].to(torch.bfloat16).cpu())
+        nxt = logits.argmax(-1)
+        rows_hot = hot[live].nonzero()[:, 0]
+        if rows_hot.numel():  # draw only for the rows that sample
+            p = torch.softmax(logits[rows_hot] / temp[live][rows_hot, None], -1)
+            nxt[rows_hot] = torch.multinomial(p, 1, generator=generator)[:, 0]
+        toks = nxt.tolist()
+        ended = []
+        for r, (b, tok) in enumerate(zip(live, toks)):
+            answers[b].append(tok)
+            if tok in eos or t + 1 == max_new:
+                ended.append(r)
+        # feed the new tokens (also the last one, for its hidden state when states are kept)
+        if ended and not layers:
+            keep = [r for r in range(len(live)) if r not in set(ended)]
+            if not keep:
+                break
+            sel = torch.tensor(keep, device=dev)
+            cache.k, cache.v = cache.k[:, sel], cache.v[:, sel]
+            valid, nxt = valid[sel], nxt[sel]
+            live = [live[r] for r in keep]
+            ended = []
+        valid = torch.cat([valid, torch.ones(len(live), 1, dtype=torch.bool, device=dev)], 1)
+        ix = torch.tensor(live, device=dev)
+        out = engine.forward(
+            nxt[:, None],
+            cache,
+            positions=(lens[ix] + t)[:, None],
+            mask=valid[:, None, :],
+            logits_to_keep=1,
+            hidden=tuple(layers),
+        )
+        if stats is not None:
+            stats["decode"] += len(live)
+        for r, b in enumerate(live):
+            for l in layers:
+                states[b][l].append(out.hidden[l][r].to(torch.bfloat16).cpu())
         logits = out.logits[:, -1].float()
-        if bool(done.all()):
-            break
-    full = {l: torch.cat(v, dim=1) for l, v in states.items()}  # (B, W + steps, H)
+        if ended:  # with states kept, rows leave only after their last token was fed
+            keep = [r for r in range(len(live)) if r not in set(ended)]
+            if not keep:
+                break
+            sel = torch.tensor(keep, device=dev)
+            cache.k, cache.v = cache.k[:, sel], cache.v[:, sel]
+            valid, logits = valid[sel], logits[sel]
+            live = [live[r] for r in keep]
     rows = []
     for b, p in enumerate(prompts):
-        n = len(answers[b])
-        rows.append({"ids": torch.tensor(p + answers[b], dtype=torch.int32),
-                     "start": len(p),
-                     "hidden": {l: full[l][b, pad[b] : W + n].clone() for l in layers}})
+        row = {"ids": torch.tensor(p + answers[b], dtype=torch.int32), "start": len(p)}
+        if layers:
+            row["hidden"] = {l: torch.cat(states[b][l])[: len(p) + len(answers[b])] for l in layers}
+        rows.append(row)
     return rows
 
 
-def _save(rows: list[dict], path: Path, layers: list[int]) -> None:
-    """shard-NNNN.pt (ids, starts, meta) + shard-NNNN.h<l>.pt per layer, atomically."""
-    for l in layers:
-        tmp = path.with_suffix(f".h{l}.tmp")
-        torch.save([r["hidden"][l] for r in rows], tmp)
-        tmp.rename(path.with_suffix(f".h{l}.pt"))
-    meta = [{k: v for k, v in r.items() if k != "hidden"} for r in rows]
-    tmp = path.with_suffix(".tmp")
-    torch.save(meta, tmp)
-    tmp.rename(path)  # written last: its presence marks the shard complete
+def save_ids(rows: list[dict], path: Path, how: dict, prompts: int) -> None:
+    """One shard of records (ids, start, id, source, temperature, turn) as compressed uint16."""
+    tokens = np.concatenate([r["ids"].numpy() for r in rows]).astype(np.uint16)
+    assert tokens.max(initial=0) < 2**16
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez_compressed(
+        tmp,
+        tokens=tokens,
+        lengths=np.array([len(r["ids"]) for r in rows], np.int32),
+        starts=np.array([r["start"] for r in rows], np.int32),
+        turn=np.array([r["turn"] for r in rows], np.uint8),
+        temperature=np.array([r["temperature"] for r in rows], np.float32),
+        qid=np.array([r["id"] for r in rows]),
+        source=np.array([r["source"] for r in rows]),
+        prompts=np.array(prompts, np.int32),
+        how=np.array(json.dumps(how)),
+    )
+    tmp.rename(path)  # whole or absent: its presence marks the shard complete
 
 
-def load_shard(path: Path, layers: list[int]) -> list[dict]:
-    rows = torch.load(path, weights_only=False)
-    per = {l: torch.load(path.with_suffix(f".h{l}.pt")) for l in layers}
-    for i, r in enumerate(rows):
-        r["hidden"] = {l: per[l][i] for l in layers}
-    return rows
+def _prompts_in(path: Path) -> int:
+    """How many prompts a shard answered (a last shard of a smaller `limit` holds fewer)."""
+    return int(np.load(path)["prompts"])
 
 
-def build(target: str, rows: list[dict], max_new: int, layers: list[int], settings: dict,
-          batch: int = 16, progress=None, need: list[int] | None = None) -> list[dict]:
-    """Generate (or load) the distillation set for `rows`; returns sequences with the states
-    of `need` (default: all stored layers)."""
-    from engines.load import load
+def load_ids(path: Path) -> list[dict]:
+    z = np.load(path)
+    ends = np.cumsum(z["lengths"])
+    tokens = torch.from_numpy(z["tokens"].astype(np.int32))
+    out = []
+    for i, end in enumerate(ends):
+        begin = end - int(z["lengths"][i])
+        out.append(
+            {
+                "ids": tokens[begin:end].clone(),
+                "start": int(z["starts"][i]),
+                "id": str(z["qid"][i]),
+                "source": str(z["source"][i]),
+                "temperature": float(z["temperature"][i]),
+                "turn": int(z["turn"][i]),
+            }
+        )
+    return out
 
-    from bench.models import load_generation_config, load_tokenizer
-    from bench.prompting import encode, eos_ids
 
-    key = data_key(target, rows, {"max_new": max_new, "layers": layers, **settings})
-    folder = cache_root() / "distill" / key
+def ids_folder(key: str, settings: dict) -> Path:
+    """Where a data set's id shards live: `ids_dir/<key>` when set (the repository, for the
+    shipped target), else the local cache."""
+    base = settings.get("ids_dir")
+    return (Path(base) if base else cache_root() / "distill") / key
+
+
+def pick_batch(engine, candidates=(16, 32, 48, 64), context: int = 256) -> tuple[int, dict]:
+    """The batch width with the most decoded tokens per second on this machine: one decode step
+    of B rows over `context` cached positions, the median of three after a warm-up."""
+    from groundfloor.clock import Clock
+
+    dev, rates = engine.device, {}
+    for B in candidates:
+        cache = engine.new_cache(context + 2, batch=B)
+        ids = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        pos = torch.full((B, 1), context, device=dev)
+        times = []
+        with torch.inference_mode():
+            for rep in range(4):  # the first is a warm-up; the median of the other three
+                cache.length = context
+                clock = Clock(dev)
+                with clock.phase("other"):
+                    engine.forward(ids, cache, positions=pos, logits_to_keep=1)
+                times.append(clock.read()["other"] / 1e9)
+        rates[B] = round(B / max(sorted(times[1:])[1], 1e-9), 1)
+    return max(rates, key=rates.get), rates
+
+
+def build_ids(
+    target: str,
+    rows: list[dict],
+    max_new: int,
+    settings: dict,
+    batch: int | str = 32,
+    progress=None,
+) -> tuple[Path, list[Path]]:
+    """Answer every shard of `rows` that has no id file yet; returns (folder, shard files)."""
+    key = data_key(target, rows, max_new, settings)
+    folder = ids_folder(key, settings)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "settings.json").write_text(json.dumps(
-        {"target": target, "max_new_tokens": max_new, "layers": layers, **settings}, indent=1))
-    shards = [folder / f"shard-{i:04d}.pt" for i in range((len(rows) + SHARD - 1) // SHARD)]
-    todo = [i for i, f in enumerate(shards) if not f.exists()]
-    if todo:
-        engine, _ = load(target, settings.get("device", "cpu"), engine=settings.get("engine",
-                         "auto"), weights=settings.get("weights", "auto"),
-                         dtype=settings.get("dtype", "auto"), kernel=settings.get("kernel", "auto"))
-        tok = load_tokenizer(target)
-        eos = eos_ids(tok, engine.config, load_generation_config(target))
-        gen = torch.Generator(device=engine.device).manual_seed(int(settings.get("seed", 0)))
-        task = progress.add_task("distill", total=len(shards),
-                                 completed=len(shards) - len(todo)) if progress else None
-        t0, tokens = time.time(), 0
-        for s in todo:
-            part = rows[s * SHARD : (s + 1) * SHARD]
-            seqs = _answer(engine, tok, eos, part, max_new, layers, batch, gen)
-            _save(seqs, shards[s], layers)
-            tokens += sum(len(x["ids"]) - x["start"] for x in seqs)
-            rate = tokens / max(time.time() - t0, 1e-9)
-            done = todo.index(s) + 1
-            eta = (time.time() - t0) / done * (len(todo) - done)
-            line = (f"shard {s + 1}/{len(shards)}: {tokens} answer tokens this run, "
-                    f"{rate:.0f}/s, ETA {eta / 60:.0f} min")
-            with open(folder / "progress.log", "a") as log:  # readable without a terminal
-                log.write(time.strftime("%H:%M:%S ") + line + "\n")
-            if progress:
-                progress.update(task, advance=1, description=f"distill {rate:.0f} answer tok/s")
+    what = {k: settings[k] for k in WHAT_KEYS if k in settings}
+    (folder / "settings.json").write_text(
+        json.dumps(
+            {"target": target, "max_new_tokens": max_new, **what, "shard_prompts": SHARD}, indent=1
+        )
+        + "\n"
+    )
+    shards = [folder / f"shard-{i:04d}.npz" for i in range((len(rows) + SHARD - 1) // SHARD)]
+    todo = [
+        i
+        for i, f in enumerate(shards)
+        if not f.exists() or _prompts_in(f) != len(rows[i * SHARD : (i + 1) * SHARD])
+    ]
+    if not todo:
+        return folder, shards
+    from engines.load import load
+    from groundfloor.models import load_generation_config, load_tokenizer
+    from groundfloor.prompting import eos_ids
+
+    how = {k: settings.get(k, "auto") for k in ("engine", "weights", "dtype", "kernel", "device")}
+    engine, choice = load(
+        target,
+        how["device"],
+        engine=how["engine"],
+        weights=how["weights"],
+        dtype=how["dtype"],
+        kernel=how["kernel"],
+    )
+    how.update(engine=choice["engine"], dtype=choice["dtype"], kernel=choice["kernel"])
+    if batch == "auto":
+        batch, rates = pick_batch(engine)
+        _log(folder, f"batch auto: {batch} (decoded tokens/s by width {rates})")
+    how["batch"] = int(batch)
+    tok = load_tokenizer(target)
+    eos = eos_ids(tok, engine.config, load_generation_config(target))
+    flops = 2 * projection_params(engine.config)
+    task = (
+        progress.add_task("distill", total=len(shards), completed=len(shards) - len(todo))
+        if progress
+        else None
+    )
+    t0, tokens = time.time(), 0
+    for n, s in enumerate(todo, 1):
+        # a shard's own seed, so a resumed or moved build draws what it would have in one go
+        gen = torch.Generator(device=engine.device).manual_seed(
+            int(settings.get("seed", 0)) * 100003 + s
+        )
+        stats = {"prefill": 0, "decode": 0}
+        t_shard = time.time()
+        part = rows[s * SHARD : (s + 1) * SHARD]
+        seqs = answer_shard(engine, tok, eos, part, max_new, int(batch), gen, stats)
+        save_ids(seqs, shards[s], how, len(part))
+        dt = time.time() - t_shard
+        new = sum(len(x["ids"]) - x["start"] for x in seqs)
+        tokens += new
+        rate = tokens / max(time.time() - t0, 1e-9)
+        eta = (time.time() - t0) / n * (len(todo) - n)
+        work = stats["prefill"] + stats["decode"]
+        _log(
+            folder,
+            f"shard {s + 1}/{len(shards)}: {new} answer tokens in {dt:.0f} s "
+            f"({new / dt:.0f}/s; token-forwards {stats['prefill']} prefill + "
+            f"{stats['decode']} decode = {work / max(new, 1):.2f} per answer token, "
+            f"{flops * work / dt / 1e9:.0f} GFLOP/s in the projections); this run "
+            f"{tokens} at {rate:.0f}/s, ETA {eta / 60:.0f} min",
+        )
+        if progress:
+            progress.update(task, advance=1, description=f"distill {rate:.0f} answer tok/s")
+    return folder, shards
+
+
+def projection_params(config) -> int:
+    """Weights one token multiplies through: every layer's projections and the output layer
+    (2 FLOP each per token; attention over the context comes on top)."""
+    h, n = int(config.hidden_size), int(config.num_hidden_layers)
+    hd = int(getattr(config, "head_dim", None) or h // config.num_attention_heads)
+    q, kv = int(config.num_attention_heads) * hd, int(config.num_key_value_heads) * hd
+    layer = h * (q + 2 * kv) + q * h + 3 * h * int(config.intermediate_size)
+    return n * layer + h * int(config.vocab_size)
+
+
+def _log(folder: Path, line: str) -> None:
+    with open(folder / "progress.log", "a") as log:  # readable without a terminal
+        log.write(time.strftime("%Y-%m-%d %H:%M:%S ") + line + "\n")
+
+
+def build(
+    target: str,
+    rows: list[dict],
+    max_new: int,
+    layers: list[int],
+    settings: dict,
+    batch: int | str = 16,
+    progress=None,
+    need: list[int] | None = None,
+) -> list[dict]:
+    """The distillation set for `rows`: ids answered where missing (build_ids), then the hidden
+    states of `need` (default: `layers`) recomputed from them where the local cache lacks them."""
+    folder, shards = build_ids(target, rows, max_new, settings, batch, progress)
+    seqs = [seq for f in shards for seq in load_ids(f)]
     need = layers if need is None else need
-    return [seq for f in shards for seq in load_shard(f, need)]
+    return with_states(target, folder.name, shards, seqs, need, settings, progress)
 
 
-def _answer(engine, tok, eos, part: list[dict], max_new: int, layers: list[int], batch: int,
-            gen) -> list[dict]:
+def answer_shard(
+    engine, tok, eos, part: list[dict], max_new: int, batch: int, gen, stats=None
+) -> list[dict]:
     """One shard: first turns in length-sorted batches, then the second turns of two-turn rows."""
-    from bench.prompting import encode
+    from groundfloor.prompting import encode
 
     out: list[dict | None] = [None] * len(part)
     msgs = [[{"role": "user", "content": r["turns"][0]}] for r in part]
@@ -187,27 +383,54 @@ def _answer(engine, tok, eos, part: list[dict], max_new: int, layers: list[int],
         for b in range(0, len(idx), batch):
             chunk = idx[b : b + batch]
             temps = [1.0 if sampled(part[i]["question_id"]) else 0.0 for i in chunk]
-            seqs = decode_batch(engine, [enc[i] for i in chunk], max_new, temps, layers, eos,
-                                gen)
+            seqs = decode_batch(
+                engine, [enc[i] for i in chunk], max_new, temps, [], eos, gen, stats
+            )
             for i, seq, t in zip(chunk, seqs, temps):
-                seq.update(id=part[i]["question_id"] + (f"/turn{turn + 1}" if turn else ""),
-                           source=part[i].get("source", "templated"), temperature=t, turn=turn)
+                seq.update(
+                    id=part[i]["question_id"] + (f"/turn{turn + 1}" if turn else ""),
+                    source=part[i].get("source", "templated"),
+                    temperature=t,
+                    turn=turn,
+                )
                 if turn == 0:
                     out[i] = seq
-                    answer = tok.decode(seq["ids"][seq["start"]:].tolist(),
-                                        skip_special_tokens=True)
-                    msgs[i] = msgs[i] + [{"role": "assistant", "content": answer},
-                                         {"role": "user", "content": part[i]["turns"][1]}] \
-                        if len(part[i]["turns"]) > 1 else msgs[i]
+                    answer = tok.decode(
+                        seq["ids"][seq["start"] :].tolist(), skip_special_tokens=True
+                    )
+                    msgs[i] = (
+                        msgs[i]
+                        + [
+                            {"role": "assistant", "content": answer},
+                            {"role": "user", "content": part[i]["turns"][1]},
+                        ]
+                        if len(part[i]["turns"]) > 1
+                        else msgs[i]
+                    )
                 else:
                     out.append(seq)
     return [s for s in out if s is not None]
 
 
+def batch_of(cfg) -> int | str:
+    b = cfg.distill.batch
+    return "auto" if str(b) == "auto" else int(b)
+
+
 def settings_of(cfg) -> dict:
     d = cfg.distill
-    out = {"engine": str(d.engine), "weights": str(d.weights), "dtype": str(d.dtype),
-           "kernel": str(d.kernel), "device": str(d.device), "seed": int(cfg.seed)}
+    out = {
+        "engine": str(d.engine),
+        "weights": str(d.weights),
+        "dtype": str(d.dtype),
+        "kernel": str(d.kernel),
+        "device": str(d.device),
+        "seed": int(cfg.seed),
+    }
+    if d.get("ids_dir"):
+        out["ids_dir"] = str(d.ids_dir)
+    elif str(cfg.target).startswith("embedded:"):  # the shipped target's ids live in the repo
+        out["ids_dir"] = str(ROOT / "artifacts" / str(cfg.target).split(":", 1)[1] / "data")
     extra = cfg.get("extra_benchmarks") or []
     if extra:  # another selection of prompts: data of its own
         out["extra_benchmarks"] = sorted(str(p) for p in extra)
@@ -215,33 +438,50 @@ def settings_of(cfg) -> dict:
 
 
 def main() -> None:
-    """`python -m bench.train.distill [key=value ...]`: build the data of conf/train.yaml."""
+    """`python -m bench.train.distill [key=value ...]`: build the ids of conf/train.yaml."""
     import sys
 
     from hydra import compose, initialize_config_dir
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from bench.config import CONF
-    from bench.errors import UserError
     from bench.train.sources import from_config
+    from groundfloor.errors import UserError
 
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose("train", overrides=sys.argv[1:])
         rows, stats = from_config(cfg)
         print(json.dumps(stats, indent=1), file=sys.stderr)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=Console(stderr=True)) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        ) as progress:
             t0 = time.time()
-            build(str(cfg.target), rows, int(cfg.max_new_tokens), list(cfg.layers),
-                  settings_of(cfg), int(cfg.distill.batch), progress, need=[])
+            folder, _ = build_ids(
+                str(cfg.target),
+                rows,
+                int(cfg.max_new_tokens),
+                settings_of(cfg),
+                batch_of(cfg),
+                progress,
+            )
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(f"distillation data ready in {time.time() - t0:.0f} s", file=sys.stderr)
+    print(f"distillation ids ready in {folder} ({time.time() - t0:.0f} s)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,151 @@
+"""Hidden states for drafter training, recomputed from the committed token ids.
+
+The ids of a distillation set are small and kept in the repository (bench/train/distill.py); the
+states a drafter learns from are ~9 GB per million answer tokens and are not. They are rebuilt
+here by one teacher-forced forward per batch of records (left-padded, the padding masked, as in
+the decode), only for the layers a drafter uses (draft model: none; Medusa and EAGLE-2: the last,
+after the final norm; EAGLE-3: its three), and cached locally:
+
+    $SPECSWEEP_CACHE/distill/<data key>/states-<engine key>/shard-NNNN.h<layer>.pt
+        a list over the shard's records of (L, H) bfloat16 tensors, L = len(ids)
+
+A teacher-forced forward computes, position by position, what the decode computed one token at a
+time; they agree up to the float reductions of different batch shapes (tests/test_states.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from groundfloor.paths import cache_root
+
+BATCH_TOKENS = 4096  # padded tokens per teacher-forced forward
+
+
+def left_padded(prompts: list[list[int]], dev):
+    """ids (B, W) left-padded, positions skipping the padding, the prefill mask and validity."""
+    B, W = len(prompts), max(map(len, prompts))
+    pad = torch.tensor([W - len(p) for p in prompts], device=dev)
+    ids = torch.zeros(B, W, dtype=torch.long, device=dev)
+    for b, p in enumerate(prompts):
+        ids[b, W - len(p) :] = torch.tensor(p, device=dev)
+    cols = torch.arange(W, device=dev)
+    valid = cols[None] >= pad[:, None]  # (B, W) key is a real token
+    pos = (cols[None] - pad[:, None]).clamp_min(0)
+    causal = cols[:, None] >= cols[None, :]
+    # real keys only; a padding row sees itself, so its (unused) output stays finite
+    mask = causal[None] & (valid[:, None, :] | torch.eye(W, dtype=torch.bool, device=dev)[None])
+    return ids, pos, mask, valid, pad
+
+
+@torch.inference_mode()
+def teacher_forced(engine, seqs: list[torch.Tensor], layers: list[int]) -> list[dict]:
+    """{layer: (L, H) bfloat16} per id sequence, from one left-padded forward over all of them."""
+    dev = engine.device
+    ids, pos, mask, _, pad = left_padded([s.tolist() for s in seqs], dev)
+    cache = engine.new_cache(ids.shape[1] + 1, batch=len(seqs))
+    out = engine.forward(
+        ids, cache, positions=pos, mask=mask, logits_to_keep=1, hidden=tuple(layers)
+    )
+    return [
+        {l: out.hidden[l][b, int(pad[b]) :].to(torch.bfloat16).cpu() for l in layers}
+        for b in range(len(seqs))
+    ]
+
+
+def _batches(lengths: list[int]):
+    """Length-sorted groups of record indices, at most BATCH_TOKENS padded tokens each."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    group: list[int] = []
+    for i in order:
+        if group and (len(group) + 1) * lengths[i] > BATCH_TOKENS:
+            yield group
+            group = []
+        group.append(i)
+    if group:
+        yield group
+
+
+def engine_key(settings: dict) -> str:
+    how = {k: settings.get(k, "auto") for k in ("engine", "weights", "dtype", "kernel", "device")}
+    return hashlib.sha256(json.dumps(how, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def with_states(
+    target: str,
+    key: str,
+    shards: list[Path],
+    seqs: list[dict],
+    layers: list[int],
+    settings: dict,
+    progress=None,
+) -> list[dict]:
+    """`seqs` (the records of `shards`, in order) with `hidden` {layer: (L, H)} added, each
+    layer loaded from the local cache or recomputed shard by shard from the ids."""
+    for s in seqs:
+        s["hidden"] = {}
+    if not layers:
+        return seqs
+    folder = cache_root() / "distill" / key / f"states-{engine_key(settings)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    per_shard = _split(seqs, shards)
+    missing = [
+        i
+        for i, f in enumerate(shards)
+        if not all(_state_file(folder, f, l).exists() for l in layers)
+    ]
+    engine = None
+    task = (
+        progress.add_task("states", total=len(shards), completed=len(shards) - len(missing))
+        if progress and missing
+        else None
+    )
+    t0, tokens = time.time(), 0
+    for i in missing:
+        if engine is None:
+            from engines.load import load
+
+            how = {k: settings.get(k, "auto") for k in ("engine", "weights", "dtype", "kernel")}
+            engine, _ = load(target, settings.get("device", "cpu"), **how)
+        recs = per_shard[i]
+        got: list[dict | None] = [None] * len(recs)
+        for group in _batches([len(r["ids"]) for r in recs]):
+            for j, st in zip(
+                group, teacher_forced(engine, [recs[j]["ids"] for j in group], layers)
+            ):
+                got[j] = st
+        for l in layers:
+            tmp = _state_file(folder, shards[i], l).with_suffix(".tmp")
+            torch.save([g[l] for g in got], tmp)
+            tmp.rename(_state_file(folder, shards[i], l))
+        tokens += sum(len(r["ids"]) for r in recs)
+        if task is not None:
+            progress.update(
+                task, advance=1, description=f"states {tokens / (time.time() - t0):.0f} tok/s"
+            )
+    for i, f in enumerate(shards):
+        for l in layers:
+            for rec, h in zip(per_shard[i], torch.load(_state_file(folder, f, l))):
+                rec["hidden"][l] = h
+    return seqs
+
+
+def _state_file(folder: Path, shard: Path, layer: int) -> Path:
+    return folder / f"{shard.stem}.h{layer}.pt"
+
+
+def _split(seqs: list[dict], shards: list[Path]) -> list[list[dict]]:
+    """seqs grouped by the shard they came from (load order: shard by shard)."""
+    import numpy as np
+
+    out, at = [], 0
+    for f in shards:
+        n = len(np.load(f)["lengths"])
+        out.append(seqs[at : at + n])
+        at += n
+    return out

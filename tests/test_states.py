@@ -1,0 +1,98 @@
+"""Distillation ids and the hidden states rebuilt from them (bench/train/distill.py, states.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bench.train import distill, states
+from engines.load import load
+
+HOW = {
+    "engine": "lean",
+    "weights": "float32",
+    "dtype": "float32",
+    "kernel": "aten",
+    "device": "cpu",
+    "seed": 0,
+}
+LAYERS = [1, -1]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_target_dir):
+    eng, _ = load(
+        str(tiny_target_dir),
+        "cpu",
+        engine="lean",
+        weights="float32",
+        dtype="float32",
+        kernel="aten",
+    )
+    return eng
+
+
+def prompts():
+    g = torch.Generator().manual_seed(3)
+    return [torch.randint(3, 120, (n,), generator=g).tolist() for n in (5, 9, 14, 7)]
+
+
+def test_rebuilt_states_match_the_decode(engine):
+    """The states a drafter trains on, recomputed by a teacher-forced forward over the ids, are
+    the decode's own: within 1e-3 in float32 terms, and after bfloat16 storage at most one
+    bfloat16 step apart (a float difference may round either way)."""
+    decoded = distill.decode_batch(
+        engine, prompts(), 12, [0.0, 1.0, 0.0, 1.0], LAYERS, {2}, torch.Generator().manual_seed(0)
+    )
+    rebuilt = states.teacher_forced(engine, [d["ids"] for d in decoded], LAYERS)
+    for d, r in zip(decoded, rebuilt):
+        for layer in LAYERS:
+            a, b = d["hidden"][layer].float(), r[layer].float()
+            assert a.shape == b.shape == (len(d["ids"]), engine.config.hidden_size)
+            step = torch.maximum(a.abs(), b.abs()) * 2.0**-7  # one bf16 ulp at that size
+            assert ((a - b).abs() <= torch.maximum(step, torch.tensor(1e-3))).all(), layer
+
+
+def test_finished_rows_leave_the_batch_without_changing_answers(engine):
+    """Dropping ended rows from the cache (the build's path, no states) changes no greedy answer
+    against keeping every row to the end (the states path)."""
+    free = distill.decode_batch(engine, prompts(), 16, [0.0] * 4, [], set())
+    eos = {int(free[0]["ids"][free[0]["start"] + 3])}  # a token one row emits early
+    a = distill.decode_batch(engine, prompts(), 16, [0.0] * 4, [], eos)
+    b = distill.decode_batch(engine, prompts(), 16, [0.0] * 4, LAYERS, eos)
+    assert [x["ids"].tolist() for x in a] == [x["ids"].tolist() for x in b]
+    lengths = {len(x["ids"]) - x["start"] for x in a}
+    assert len(lengths) > 1  # some rows did end early, so the drop was exercised
+
+
+def test_id_shards_round_trip_and_resume(tiny_target_dir, tmp_path, monkeypatch):
+    """Shards are compressed uint16 files with every record; a finished shard is not redone,
+    a shard written for a smaller `limit` is, and the states come back from the local cache."""
+    monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(distill, "SHARD", 4)
+    words = "write a short poem about the sea and explain the answer step by step".split()
+    rows = [
+        {
+            "question_id": f"t{i}",
+            "category": "general",
+            "turns": [" ".join(words[i % 5 : i % 5 + 6])] + (["and more"] if i % 3 == 0 else []),
+        }
+        for i in range(10)
+    ]
+    how = {**HOW, "ids_dir": str(tmp_path / "repo")}
+    folder, shards = distill.build_ids(str(tiny_target_dir), rows[:6], 10, how, batch=3)
+    assert [f.name for f in shards] == ["shard-0000.npz", "shard-0001.npz"]
+    assert np.load(shards[0])["tokens"].dtype == np.uint16
+    first = distill.load_ids(shards[0])
+    assert {r["turn"] for r in first} == {0, 1} and len(first) == 4 + 2  # t0 and t3 have turn 2
+    before = shards[0].stat().st_mtime_ns
+    folder2, shards2 = distill.build_ids(str(tiny_target_dir), rows, 10, how, batch=3)
+    assert folder2 == folder and len(shards2) == 3
+    assert shards2[0].stat().st_mtime_ns == before  # kept
+    assert distill._prompts_in(shards2[1]) == 4  # the 2-prompt shard of limit 6 was redone
+    seqs = distill.build(str(tiny_target_dir), rows, 10, LAYERS, how, batch=3)
+    monkeypatch.setattr(states, "teacher_forced", lambda *a: pytest.fail("recomputed"))
+    again = distill.build(str(tiny_target_dir), rows, 10, LAYERS, how, batch=3)
+    assert all(torch.equal(a["hidden"][-1], b["hidden"][-1]) for a, b in zip(seqs, again))
+    assert all(a["hidden"][1].shape[0] == len(a["ids"]) for a in again)
