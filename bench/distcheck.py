@@ -18,6 +18,7 @@ accepted — goes to distcheck.json. A small p-value says the method's outputs a
 differently from the baseline's: a sampling bug, whatever the speedup. docs/sampling.md has the
 details and the test's power.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,8 @@ from collections import Counter
 import torch
 from scipy.stats import chi2_contingency
 
-from bench.errors import UserError
 from bench.loop import generate
+from groundfloor.errors import UserError
 
 END = -1  # the "token" at positions after an EOS
 MIN_EXPECTED = 5.0
@@ -68,12 +69,23 @@ def bonferroni(pvalues: list[float]) -> float:
     return min(1.0, len(pvalues) * min(pvalues)) if pvalues else 1.0
 
 
-def continuations(method, ids: list[int], role: str, prompt_id: str, *, samples: int,
-                  positions: int, seed: int, sampling, eos: set[int], clock,
-                  device) -> tuple[list, dict]:
+def continuations(
+    method,
+    ids: list[int],
+    role: str,
+    prompt_id: str,
+    *,
+    samples: int,
+    positions: int,
+    seed: int,
+    sampling,
+    eos: set[int],
+    clock,
+    device,
+) -> tuple[list, dict]:
     """`samples` continuations of `positions` tokens, padded with END after an EOS; each draw has
     its own seed, and the two roles never share one."""
-    from bench.prompting import seed_for
+    from groundfloor.prompting import seed_for
 
     out, drafted, accepted = [], 0, 0
     for s in range(samples):
@@ -86,15 +98,37 @@ def continuations(method, ids: list[int], role: str, prompt_id: str, *, samples:
     return out, {"drafted_tokens": drafted, "accepted_tokens": accepted}
 
 
-def run(baseline, method, ids: list[int], prompt_id: str, out_dir, *, samples: int,
-        positions: int, seed: int, sampling, eos: set[int], clock, device) -> float:
+def run(
+    baseline,
+    method,
+    ids: list[int],
+    prompt_id: str,
+    out_dir,
+    *,
+    samples: int,
+    positions: int,
+    seed: int,
+    sampling,
+    eos: set[int],
+    clock,
+    device,
+) -> float:
     """Draw both sides on the prompt `ids`, test each position, write distcheck.json; → the
     run's p-value."""
     if samples < 2 or positions < 1:
-        raise UserError(f"dist_samples={samples}, dist_positions={positions}: "
-                        "check=distribution needs dist_samples >= 2 and dist_positions >= 1")
-    draw = dict(samples=samples, positions=positions, seed=seed, sampling=sampling, eos=eos,
-                clock=clock, device=device)
+        raise UserError(
+            f"dist_samples={samples}, dist_positions={positions}: "
+            "check=distribution needs dist_samples >= 2 and dist_positions >= 1"
+        )
+    draw = dict(
+        samples=samples,
+        positions=positions,
+        seed=seed,
+        sampling=sampling,
+        eos=eos,
+        clock=clock,
+        device=device,
+    )
     base, _ = continuations(baseline, ids, "baseline", prompt_id, **draw)
     meth, stats = continuations(method, ids, "method", prompt_id, **draw)
     tests = []
@@ -102,19 +136,32 @@ def run(baseline, method, ids: list[int], prompt_id: str, out_dir, *, samples: i
         p, bins = two_sample_pvalue([s[j] for s in base], [s[j] for s in meth])
         tests.append({"test": f"token {j + 1}", "pvalue": p, "bins": bins})
         if j:
-            p, bins = two_sample_pvalue([tuple(s[: j + 1]) for s in base],
-                                        [tuple(s[: j + 1]) for s in meth])
+            p, bins = two_sample_pvalue(
+                [tuple(s[: j + 1]) for s in base], [tuple(s[: j + 1]) for s in meth]
+            )
             tests.append({"test": f"prefix 1..{j + 1}", "pvalue": p, "bins": bins})
     pvalue = bonferroni([t["pvalue"] for t in tests])
     evidence = {
-        "prompt_id": prompt_id, "turn": 0, "prompt_tokens": len(ids), "samples": samples,
-        "positions": positions, "method": method.name, "baseline": baseline.name,
-        "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
-        "dist_pvalue": pvalue, "tests": tests, **stats,
+        "prompt_id": prompt_id,
+        "turn": 0,
+        "prompt_tokens": len(ids),
+        "samples": samples,
+        "positions": positions,
+        "method": method.name,
+        "baseline": baseline.name,
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "dist_pvalue": pvalue,
+        "tests": tests,
+        **stats,
         "counts_per_position": [
-            {role: {str(t): c for t, c in Counter(s[j] for s in side).most_common()}
-             for role, side in (("baseline", base), ("method", meth))}
-            for j in range(positions)],
+            {
+                role: {str(t): c for t, c in Counter(s[j] for s in side).most_common()}
+                for role, side in (("baseline", base), ("method", meth))
+            }
+            for j in range(positions)
+        ],
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "distcheck.json").write_text(json.dumps(evidence, indent=1))

@@ -14,6 +14,7 @@ rotates per prompt and repeat), warm-up outside the clock, medians:
 A configuration is engine:weights[:dtype][:compile]; dtype defaults to the weights' own float
 type (float32 for int8/int4 activations outside the kernels).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,14 +24,14 @@ import time
 
 import torch
 
-from bench.clock import Clock
 from bench.loop import generate
-from bench.models import load_tokenizer, resolve_device
-from bench.prompting import encode
-from bench.runner import AR_CFG, Context, build_method
-from bench.sampling import SamplingParams
 from engines import probe
 from engines.load import load
+from groundfloor.clock import Clock
+from groundfloor.models import load_tokenizer, resolve_device
+from groundfloor.prompting import encode
+from groundfloor.sampling import SamplingParams
+from methods.registry import Context, build_method
 from tasks.loader import _task_cfg, load_prompts
 
 DEFAULT = ["hf:float32", "lean:float32", "lean:int8", "lean:int4"]
@@ -40,13 +41,22 @@ CURVE = (1, 2, 4, 8, 16, 32, 64)
 def parse(spec: str) -> dict:
     parts = spec.split(":")
     if parts[0] not in ("hf", "lean") or len(parts) < 2:
-        raise SystemExit(f"error: --configs {spec!r}: use engine:weights[:dtype][:compile], "
-                         f"engine hf or lean")
+        raise SystemExit(
+            f"error: --configs {spec!r}: use engine:weights[:dtype][:compile], engine hf or lean"
+        )
     w = parts[1]
-    dtype = parts[2] if len(parts) > 2 and parts[2] != "compile" else \
-        (w if w in ("float32", "bfloat16", "float16") else "float32")
-    return {"engine": parts[0], "weights": w, "dtype": dtype, "compile": "compile" in parts[2:],
-            "label": spec}
+    dtype = (
+        parts[2]
+        if len(parts) > 2 and parts[2] != "compile"
+        else (w if w in ("float32", "bfloat16", "float16") else "float32")
+    )
+    return {
+        "engine": parts[0],
+        "weights": w,
+        "dtype": dtype,
+        "compile": "compile" in parts[2:],
+        "label": spec,
+    }
 
 
 @torch.inference_mode()
@@ -55,11 +65,17 @@ def hf_generate(model, ids: list[int], n: int, device) -> tuple[list[int], float
     if device.type == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()
-    out = model.generate(inp, attention_mask=torch.ones_like(inp), do_sample=False,
-                         max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+    out = model.generate(
+        inp,
+        attention_mask=torch.ones_like(inp),
+        do_sample=False,
+        max_new_tokens=n,
+        min_new_tokens=n,
+        pad_token_id=0,
+    )
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return out[0, len(ids):].tolist(), time.perf_counter() - t
+    return out[0, len(ids) :].tolist(), time.perf_counter() - t
 
 
 def main(argv=None) -> dict:
@@ -79,18 +95,30 @@ def main(argv=None) -> dict:
     configs = [parse(s) for s in a.configs]
     engines = {}
     for c in configs:
-        eng, choice = load(a.model, device, engine=c["engine"], weights=c["weights"],
-                           dtype=c["dtype"], kernel="auto", compile=c["compile"])
+        eng, choice = load(
+            a.model,
+            device,
+            engine=c["engine"],
+            weights=c["weights"],
+            dtype=c["dtype"],
+            kernel="auto",
+            compile=c["compile"],
+        )
         engines[c["label"]] = (eng, choice)
     greedy, clock = SamplingParams(), Clock(device)
     prompts = load_prompts(_task_cfg("core"), limit=max(1, a.prompts // 4 + 1))[: a.prompts]
     inputs = [encode(tok, [{"role": "user", "content": p.turns[0]}], True) for p in prompts]
     # generate() on the hf engines' own models, one per dtype
-    gen_models = {c["dtype"]: engines[c["label"]][0].model for c in configs
-                  if c["engine"] == "hf" and not c["compile"]}
+    gen_models = {
+        c["dtype"]: engines[c["label"]][0].model
+        for c in configs
+        if c["engine"] == "hf" and not c["compile"]
+    }
     sides = [("ours", lbl) for lbl in engines] + [("generate", d) for d in gen_models]
-    ars = {lbl: build_method(AR_CFG, Context(e, tok, device, e.dtype, None))
-           for lbl, (e, _) in engines.items()}
+    ars = {
+        lbl: build_method("ar", Context(e, tok, device, e.dtype, None))
+        for lbl, (e, _) in engines.items()
+    }
     for kind, key in sides:  # warm-up (and compile) outside the clock
         if kind == "ours":
             generate(ars[key], inputs[0], 8, greedy, set(), clock, device=device)
@@ -115,24 +143,44 @@ def main(argv=None) -> dict:
             times[s].append(statistics.median(per[s]))
     bw = probe.read_bandwidth(device)
     n = a.tokens * len(inputs)
-    result = {"model": a.model, "device": device.type, "cpu": _cpu(), "bandwidth_gbs": bw / 1e9,
-              "prompts": len(inputs), "tokens": a.tokens, "repeats": a.repeats, "rows": []}
+    result = {
+        "model": a.model,
+        "device": device.type,
+        "cpu": _cpu(),
+        "bandwidth_gbs": bw / 1e9,
+        "prompts": len(inputs),
+        "tokens": a.tokens,
+        "repeats": a.repeats,
+        "rows": [],
+    }
     gen_tps = {d: n / sum(times[("generate", d)]) for d in gen_models}
     for c in configs:
         eng, choice = engines[c["label"]]
         tps = n / sum(times[("ours", c["label"])])
         step_bytes = eng.step_weight_bytes()
         roof = bw / step_bytes
-        ref = next((x["label"] for x in configs if x["engine"] == "hf" and
-                    x["dtype"] == c["dtype"]), None)
-        same = None if ref is None else sum(
-            a_ == b_ for a_, b_ in zip(outs[("ours", c["label"])], outs[("ours", ref)]))
-        row = {"config": c["label"], "engine": eng.name, "weights": eng.weights,
-               "dtype": str(eng.dtype).removeprefix("torch."), "kernels": choice.get("kernels"),
-               "step_mb": step_bytes / 1e6, "tokens_per_s": tps,
-               "vs_generate": tps / gen_tps[c["dtype"]] if c["dtype"] in gen_tps else None,
-               "roofline_tokens_per_s": roof, "of_roofline": tps / roof,
-               "same_greedy_as_hf": same, "compile_s": choice.get("compile_s")}
+        ref = next(
+            (x["label"] for x in configs if x["engine"] == "hf" and x["dtype"] == c["dtype"]), None
+        )
+        same = (
+            None
+            if ref is None
+            else sum(a_ == b_ for a_, b_ in zip(outs[("ours", c["label"])], outs[("ours", ref)]))
+        )
+        row = {
+            "config": c["label"],
+            "engine": eng.name,
+            "weights": eng.weights,
+            "dtype": str(eng.dtype).removeprefix("torch."),
+            "kernels": choice.get("kernels"),
+            "step_mb": step_bytes / 1e6,
+            "tokens_per_s": tps,
+            "vs_generate": tps / gen_tps[c["dtype"]] if c["dtype"] in gen_tps else None,
+            "roofline_tokens_per_s": roof,
+            "of_roofline": tps / roof,
+            "same_greedy_as_hf": same,
+            "compile_s": choice.get("compile_s"),
+        }
         if not a.no_curve:
             costs = probe.step_costs(eng, CURVE)
             row["c_ms"] = {q: v * 1e3 for q, v in costs.items()}
@@ -153,26 +201,37 @@ def _cpu() -> str:
 
 
 def report(r: dict) -> None:
-    print(f"model {r['model']} · {r['device']} · {r['cpu']} · {r['prompts']} prompts × "
-          f"{r['tokens']} new tokens × {r['repeats']} repeats (medians, prefill included)")
+    print(
+        f"model {r['model']} · {r['device']} · {r['cpu']} · {r['prompts']} prompts × "
+        f"{r['tokens']} new tokens × {r['repeats']} repeats (medians, prefill included)"
+    )
     print(f"memory read bandwidth here: {r['bandwidth_gbs']:.1f} GB/s")
     for d, t in r["generate_tokens_per_s"].items():
         print(f"  transformers generate()  {d:9s} {t:7.2f} tokens/s")
-    print(f"  {'config':24s} {'step MB':>8s} {'tok/s':>7s} {'÷gen':>6s} {'roofline':>9s} "
-          f"{'of roof':>7s} {'same':>5s}")
+    print(
+        f"  {'config':24s} {'step MB':>8s} {'tok/s':>7s} {'÷gen':>6s} {'roofline':>9s} "
+        f"{'of roof':>7s} {'same':>5s}"
+    )
     for row in r["rows"]:
         vs = f"{row['vs_generate']:.2f}×" if row["vs_generate"] else "–"
-        same = "–" if row["same_greedy_as_hf"] is None else \
-            f"{row['same_greedy_as_hf']}/{r['prompts']}"
-        print(f"  {row['config']:24s} {row['step_mb']:8.0f} {row['tokens_per_s']:7.2f} "
-              f"{vs:>6s} {row['roofline_tokens_per_s']:9.1f} {row['of_roofline']:7.0%} "
-              f"{same:>5s}")
+        same = (
+            "–"
+            if row["same_greedy_as_hf"] is None
+            else f"{row['same_greedy_as_hf']}/{r['prompts']}"
+        )
+        print(
+            f"  {row['config']:24s} {row['step_mb']:8.0f} {row['tokens_per_s']:7.2f} "
+            f"{vs:>6s} {row['roofline_tokens_per_s']:9.1f} {row['of_roofline']:7.0%} "
+            f"{same:>5s}"
+        )
     if r["rows"] and "c_ratio" in r["rows"][0]:
         qs = list(r["rows"][0]["c_ratio"])
         print(f"  verify cost c(q)/c(1) ({'c(1) ms':>7s}) " + " ".join(f"q={q:<4}" for q in qs))
         for row in r["rows"]:
-            print(f"  {row['config']:24s} {row['c_ms'][1]:7.1f}  " +
-                  " ".join(f"{row['c_ratio'][q]:6.2f}" for q in qs))
+            print(
+                f"  {row['config']:24s} {row['c_ms'][1]:7.1f}  "
+                + " ".join(f"{row['c_ratio'][q]:6.2f}" for q in qs)
+            )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Disturbed units are re-measured (interleaved pairs, as before) up to `remeasure`
 repeat is *quiet* when it saw no interference and is within `ratio` of its side's fastest
 repeat; speedups use pairs whose two repeats are both quiet. docs/metrics.md has the rules.
 """
+
 from __future__ import annotations
 
 import os
@@ -93,8 +94,7 @@ def decode_per_token(res) -> float | None:
 
 
 def interfered(load: dict, rules: Rules) -> bool:
-    return any(load.get(k) is not None and load[k] > rules.others for k in ("others_cpu",
-                                                                            "steal"))
+    return any(load.get(k) is not None and load[k] > rules.others for k in ("others_cpu", "steal"))
 
 
 class Band:
@@ -124,8 +124,11 @@ def judge(sides: dict, rules: Rules, band: Band) -> tuple[bool, dict]:
         fastest = min(times)
         flags = []
         for (res, load), t in zip(reps, times):
-            ok = not interfered(load, rules) and t <= rules.ratio * fastest and \
-                not band.outside(role, decode_per_token(res))
+            ok = (
+                not interfered(load, rules)
+                and t <= rules.ratio * fastest
+                and not band.outside(role, decode_per_token(res))
+            )
             flags.append(ok)
         quiet[role] = flags
         if max(times) > rules.ratio * fastest or not all(flags):

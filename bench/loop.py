@@ -14,56 +14,39 @@ Every method, the baseline included, goes through this one function; transformer
 speculative modes (`hf_pld`, `hf_assisted`: one `generate()` per turn) go through its sibling
 `bench.wholeturn`, under the same clock, budget and EOS rule.
 """
-from __future__ import annotations
 
-from dataclasses import dataclass, field
+from __future__ import annotations
 
 import torch
 
-from bench.clock import Clock
-from bench.sampling import SamplingParams
-from bench.state import DecodeState
-
-
-@dataclass
-class TurnResult:
-    output_ids: list[int]
-    n_prompt: int
-    times_ns: dict  # prefill/draft/verify/other/wall/ttft
-    target_forwards: int  # prefill included: AR scores τ = 1
-    accept_lengths: list[int] = field(default_factory=list)  # tokens emitted per round
-    drafted_per_pos: list[int] = field(default_factory=list)  # rounds that drafted position i
-    accepted_per_pos: list[int] = field(default_factory=list)  # rounds that accepted position i
-    round_accepted: list[int] = field(default_factory=list)  # accepted drafts per verify round
-    round_depth: list[int] = field(default_factory=list)  # drafted depth per verify round
-    round_start: list[int] = field(default_factory=list)  # output position at each round's start
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    stop: str = "length"
-    extra_bytes: int = 0
-
-
-def _bump(counts: list[int], upto: int) -> None:
-    if upto > len(counts):
-        counts.extend([0] * (upto - len(counts)))
-    for i in range(upto):
-        counts[i] += 1
+from bench.turn import TurnResult, bump
+from bench.wholeturn import generate_whole
+from groundfloor.clock import Clock
+from groundfloor.sampling import SamplingParams
+from groundfloor.state import DecodeState
 
 
 @torch.inference_mode()
-def generate(method, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams,
-             eos_ids: set[int], clock: Clock, generator: torch.Generator | None = None,
-             device: torch.device | str = "cpu") -> TurnResult:
+def generate(
+    method,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    sampling: SamplingParams,
+    eos_ids: set[int],
+    clock: Clock,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> TurnResult:
     """Generate one turn with `method`; returns the tokens and every measurement of the turn."""
     if getattr(method, "whole_turn", False):  # transformers' generate() decodes the turn
-        from bench.wholeturn import generate_whole
-
-        return generate_whole(method, prompt_ids, max_new_tokens, sampling, eos_ids, clock,
-                              generator, device)
+        return generate_whole(
+            method, prompt_ids, max_new_tokens, sampling, eos_ids, clock, generator, device
+        )
     device = torch.device(device)
     capacity = len(prompt_ids) + max_new_tokens + method.max_verify_width()
-    state = DecodeState.start(prompt_ids, capacity, device, sampling, generator,
-                              method.target.new_cache(capacity))
+    state = DecodeState.start(
+        prompt_ids, capacity, device, sampling, generator, method.target.new_cache(capacity)
+    )
     state.max_new = max_new_tokens
     method.start(state)
     clock.reset()
@@ -88,9 +71,11 @@ def generate(method, prompt_ids: list[int], max_new_tokens: int, sampling: Sampl
         with clock.phase("other"):
             acc = method.accept(state, proposal, verified)
             if state.cache.length != state.length + len(acc.tokens) - 1:
-                raise RuntimeError(f"{method.name}: cache holds {state.cache.length} "
-                                   f"positions after accept, expected "
-                                   f"{state.length + len(acc.tokens) - 1}")
+                raise RuntimeError(
+                    f"{method.name}: cache holds {state.cache.length} "
+                    f"positions after accept, expected "
+                    f"{state.length + len(acc.tokens) - 1}"
+                )
             tokens = acc.tokens[:budget]
             for i, t in enumerate(tokens):
                 if t in eos_ids:
@@ -106,8 +91,8 @@ def generate(method, prompt_ids: list[int], max_new_tokens: int, sampling: Sampl
         res.accept_lengths.append(len(tokens))
         res.drafted_tokens += acc.drafted
         res.accepted_tokens += acc.n_draft_accepted
-        _bump(res.drafted_per_pos, acc.depth)
-        _bump(res.accepted_per_pos, acc.n_draft_accepted)
+        bump(res.drafted_per_pos, acc.depth)
+        bump(res.accepted_per_pos, acc.n_draft_accepted)
 
     res.times_ns = clock.read()
     method.finish(state)  # untimed: cross-turn state (e.g. suffix's response cache)

@@ -5,6 +5,7 @@ CPU: peak resident set size minus the RSS at the start; the kernel's high-water 
 reset through /proc/self/clear_refs so each turn gets its own peak. Where that file is not
 writable the delta is reported as None rather than guessed.
 """
+
 from __future__ import annotations
 
 import re

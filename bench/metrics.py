@@ -20,6 +20,7 @@ adjacent in time); repeats flagged by bench.interference are left out where quie
 Rows: one per task × method config, per (task, category) when a task spans several categories
 (question files), and task=all over everything.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,13 +31,40 @@ import pandas as pd
 from bench import acceptance
 
 KEYS = ["task", "category", "method", "k", "temperature", "device", "engine", "weights", "dtype"]
-COLUMNS = KEYS + ["n_prompts", "new_tokens", "tokens_per_s", "baseline_tokens_per_s", "speedup",
-                  "speedup_ci_low", "speedup_ci_high", "speedup_totals", "disturbed_units",
-                  "remeasured", "unclean_units", "tau", "tau_round", "accepted_per_round",
-                  "tau_request", "acceptance_rate", "alpha_per_pos", "alpha_marginal",
-                  "accept_hist", "accept_by_depth", "accept_by_position", "predicted_speedup",
-                  "draft_overhead", "memory_overhead_mb", "ttft_ms", "tpot_ms", "exact_match",
-                  "near_ties", "mismatches", "dist_pvalue", "skipped_prompts", "partial"]
+COLUMNS = KEYS + [
+    "n_prompts",
+    "new_tokens",
+    "tokens_per_s",
+    "baseline_tokens_per_s",
+    "speedup",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "speedup_totals",
+    "disturbed_units",
+    "remeasured",
+    "unclean_units",
+    "tau",
+    "tau_round",
+    "accepted_per_round",
+    "tau_request",
+    "acceptance_rate",
+    "alpha_per_pos",
+    "alpha_marginal",
+    "accept_hist",
+    "accept_by_depth",
+    "accept_by_position",
+    "predicted_speedup",
+    "draft_overhead",
+    "memory_overhead_mb",
+    "ttft_ms",
+    "tpot_ms",
+    "exact_match",
+    "near_ties",
+    "mismatches",
+    "dist_pvalue",
+    "skipped_prompts",
+    "partial",
+]
 UNIT = ["task", "prompt_id", "turn"]
 
 
@@ -81,9 +109,16 @@ def unit_speed(method: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
         use = g[g.both] if g.both.any() else g
         qm = g[g.quiet_m] if g.quiet_m.any() else g
         qb = g[g.quiet_b] if g.quiet_b.any() else g
-        rows.append({**dict(zip(UNIT, key)), "ratio": float(use.ratio.median()),
-                     "new_m": int(g.new_tokens_m.iloc[0]), "wall_m": float(qm.wall_s_m.median()),
-                     "new_b": int(g.new_tokens_b.iloc[0]), "wall_b": float(qb.wall_s_b.median())})
+        rows.append(
+            {
+                **dict(zip(UNIT, key)),
+                "ratio": float(use.ratio.median()),
+                "new_m": int(g.new_tokens_m.iloc[0]),
+                "wall_m": float(qm.wall_s_m.median()),
+                "new_b": int(g.new_tokens_b.iloc[0]),
+                "wall_b": float(qb.wall_s_b.median()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -91,9 +126,11 @@ def flags(method: pd.DataFrame) -> dict:
     if "unit_disturbed" not in method:
         return {"disturbed_units": 0, "remeasured": 0, "unclean_units": 0}
     u = method[method.repeat == 0].groupby(UNIT)
-    return {"disturbed_units": int(u.unit_disturbed.first().astype(bool).sum()),
-            "remeasured": int((u.remeasured.first() > 0).sum()),
-            "unclean_units": int((~u.unit_clean.first().astype(bool)).sum())}
+    return {
+        "disturbed_units": int(u.unit_disturbed.first().astype(bool).sum()),
+        "remeasured": int((u.remeasured.first() > 0).sum()),
+        "unclean_units": int((~u.unit_clean.first().astype(bool)).sum()),
+    }
 
 
 def summarize_group(method: pd.DataFrame, base: pd.DataFrame, costs: dict | None = None) -> dict:
@@ -110,7 +147,8 @@ def summarize_group(method: pd.DataFrame, base: pd.DataFrame, costs: dict | None
     exact = None
     if greedy:
         per_prompt = rep0.groupby(["task", "prompt_id"]).verdict.apply(
-            lambda v: bool((v == "exact").all()))
+            lambda v: bool((v == "exact").all())
+        )
         exact = float(per_prompt.mean())
     pv = method.dist_pvalue.dropna() if "dist_pvalue" in method else pd.Series(dtype=float)
     draft = acceptance.drafting(rep0)
@@ -121,16 +159,23 @@ def summarize_group(method: pd.DataFrame, base: pd.DataFrame, costs: dict | None
     return {
         "n_prompts": int(rep0[["task", "prompt_id"]].drop_duplicates().shape[0]),
         "new_tokens": int(rep0.new_tokens.sum()),
-        "tokens_per_s": float(tps), "baseline_tokens_per_s": float(btps),
-        "speedup": float(speed.ratio.median()), "speedup_ci_low": lo, "speedup_ci_high": hi,
-        "speedup_totals": float(tps / btps), **flags(method), **draft,
+        "tokens_per_s": float(tps),
+        "baseline_tokens_per_s": float(btps),
+        "speedup": float(speed.ratio.median()),
+        "speedup_ci_low": lo,
+        "speedup_ci_high": hi,
+        "speedup_totals": float(tps / btps),
+        **flags(method),
+        **draft,
         "acceptance_rate": float(rep0.accepted_tokens.sum() / drafted) if drafted else None,
-        "predicted_speedup": acceptance.predicted_speedup(draft["tau_round"], width,
-                                                          draft_per_round, costs or {}),
+        "predicted_speedup": acceptance.predicted_speedup(
+            draft["tau_round"], width, draft_per_round, costs or {}
+        ),
         "draft_overhead": float(quiet.draft_s.sum() / quiet.wall_s.sum()),
         "memory_overhead_mb": round(mem, 3),
         "ttft_ms": float(quiet.ttft_s.median() * 1e3),
-        "tpot_ms": float(quiet.tpot_s.dropna().median() * 1e3) if quiet.tpot_s.notna().any()
+        "tpot_ms": float(quiet.tpot_s.dropna().median() * 1e3)
+        if quiet.tpot_s.notna().any()
         else None,
         "exact_match": exact,
         "near_ties": int((rep0.verdict == "near-tie").sum()) if greedy else None,
@@ -139,8 +184,7 @@ def summarize_group(method: pd.DataFrame, base: pd.DataFrame, costs: dict | None
     }
 
 
-def summarize(records: pd.DataFrame, costs: dict | None = None,
-              skipped: int = 0) -> pd.DataFrame:
+def summarize(records: pd.DataFrame, costs: dict | None = None, skipped: int = 0) -> pd.DataFrame:
     """summary.csv: per task × method config, per (task, category) where a task spans several
     categories, and task=all when several tasks ran. costs: the run's c(q) in seconds."""
     rows = []
@@ -156,8 +200,15 @@ def summarize(records: pd.DataFrame, costs: dict | None = None,
         scopes.append((t, "all", method.task == t, base.task == t))
         cats = sorted(method[method.task == t].category.dropna().unique())
         if len(cats) > 1:
-            scopes += [(t, c, (method.task == t) & (method.category == c),
-                        (base.task == t) & (base.category == c)) for c in cats]
+            scopes += [
+                (
+                    t,
+                    c,
+                    (method.task == t) & (method.category == c),
+                    (base.task == t) & (base.category == c),
+                )
+                for c in cats
+            ]
     if len(tasks) > 1:
         scopes.append(("all", "all", method.task.notna(), base.task.notna()))
     for task, cat, mm, bm in scopes:

@@ -3,6 +3,7 @@
 Records are appended prompt by prompt (one write, flushed to disk), so a run that stops keeps
 every finished prompt, and a resumed run (bench.cells) continues after them.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,25 @@ from pathlib import Path
 
 import torch
 
+from engines.cpu import FLAGS_THAT_MATTER, cpu_flags
+from groundfloor.paths import ROOT
+
 MB = 1e6
 
 
-def record(info: dict, prompt, method_run: str, role: str, repeat: int, turn: int,
-           prompt_ids: list[int], res, peak: int | None, verdict: dict, unit: dict) -> dict:
+def record(
+    info: dict,
+    prompt,
+    method_run: str,
+    role: str,
+    repeat: int,
+    turn: int,
+    prompt_ids: list[int],
+    res,
+    peak: int | None,
+    verdict: dict,
+    unit: dict,
+) -> dict:
     """One line of records.jsonl. info: the run's shared fields (Runner.run_info); unit: the
     turn's load sample and interference flags (bench.interference)."""
     t = res.times_ns
@@ -26,22 +41,40 @@ def record(info: dict, prompt, method_run: str, role: str, repeat: int, turn: in
     wall = t["wall"] / 1e9
     ttft = t.get("ttft", 0) / 1e9
     return {
-        "task": prompt.task, "category": prompt.category, "subcategory": prompt.subcategory,
-        "prompt_id": prompt.id, "turn": turn, "repeat": repeat, "role": role,
-        **info, "method_run": method_run,
-        "prompt_tokens": res.n_prompt, "new_tokens": new, "stop": res.stop,
-        "wall_s": wall, "prefill_s": t["prefill"] / 1e9, "draft_s": t["draft"] / 1e9,
-        "verify_s": t["verify"] / 1e9, "other_s": t["other"] / 1e9, "ttft_s": ttft,
+        "task": prompt.task,
+        "category": prompt.category,
+        "subcategory": prompt.subcategory,
+        "prompt_id": prompt.id,
+        "turn": turn,
+        "repeat": repeat,
+        "role": role,
+        **info,
+        "method_run": method_run,
+        "prompt_tokens": res.n_prompt,
+        "new_tokens": new,
+        "stop": res.stop,
+        "wall_s": wall,
+        "prefill_s": t["prefill"] / 1e9,
+        "draft_s": t["draft"] / 1e9,
+        "verify_s": t["verify"] / 1e9,
+        "other_s": t["other"] / 1e9,
+        "ttft_s": ttft,
         "tpot_s": (wall - ttft) / (new - 1) if new > 1 else None,
-        "target_forwards": res.target_forwards, "accept_lengths": res.accept_lengths,
-        "round_accepted": res.round_accepted, "round_depth": res.round_depth,
+        "target_forwards": res.target_forwards,
+        "accept_lengths": res.accept_lengths,
+        "round_accepted": res.round_accepted,
+        "round_depth": res.round_depth,
         "round_start": res.round_start,
-        "drafted_tokens": res.drafted_tokens, "accepted_tokens": res.accepted_tokens,
-        "drafted_per_pos": res.drafted_per_pos, "accepted_per_pos": res.accepted_per_pos,
+        "drafted_tokens": res.drafted_tokens,
+        "accepted_tokens": res.accepted_tokens,
+        "drafted_per_pos": res.drafted_per_pos,
+        "accepted_per_pos": res.accepted_per_pos,
         "extra_mb": res.extra_bytes / MB,
         "peak_mem_delta_mb": peak / MB if peak is not None else None,
-        "verdict": verdict.get("verdict"), "first_divergence": verdict.get("first_divergence"),
-        "logit_gap": verdict.get("logit_gap"), "method_gap": verdict.get("method_gap"),
+        "verdict": verdict.get("verdict"),
+        "first_divergence": verdict.get("first_divergence"),
+        "logit_gap": verdict.get("logit_gap"),
+        "method_gap": verdict.get("method_gap"),
         "dist_pvalue": verdict.get("dist_pvalue"),
         **unit,
         "output_ids": res.output_ids,
@@ -50,11 +83,16 @@ def record(info: dict, prompt, method_run: str, role: str, repeat: int, turn: in
 
 def git_sha() -> str | None:
     try:
-        here = Path(__file__).resolve().parent.parent
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
         return (sha + ("-dirty" if dirty else "")) or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -74,16 +112,23 @@ def cpu_name() -> str:
 def env_info(device, target_spec: str, choice: dict, target, method, cost_curve: dict) -> dict:
     """env.json: versions, the machine, what ran (engine choice), sizes and the cost curve."""
     import transformers
+
     return {
-        "python": sys.version.split()[0], "torch": torch.__version__,
-        "transformers": transformers.__version__, "platform": platform.platform(),
-        "host": platform.node(), "device": device.type, "cpu": cpu_name(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "device": device.type,
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "cpu_flags": sorted(cpu_flags_of_interest()),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "git_sha": git_sha(), "model": target_spec,
-        "dtype": choice["dtype"], "engine_choice": choice,
+        "git_sha": git_sha(),
+        "model": target_spec,
+        "dtype": choice["dtype"],
+        "engine_choice": choice,
         "target_weight_mb": target.weight_bytes() / MB,
         "method_extra_mb": method.extra_bytes() / MB,
         "method_info": getattr(method, "info", {}),
@@ -92,10 +137,7 @@ def env_info(device, target_spec: str, choice: dict, target, method, cost_curve:
 
 
 def cpu_flags_of_interest() -> set[str]:
-    from engines.load import cpu_flags
-
-    return cpu_flags() & {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni",
-                          "amx_bf16", "amx_int8", "amx_fp16", "avx_vnni"}
+    return set(cpu_flags() & set(FLAGS_THAT_MATTER))
 
 
 class RecordWriter:
@@ -108,12 +150,15 @@ class RecordWriter:
     def write_env(self, env: dict, cfg) -> None:
         """env.json, and config.yaml: the composed config plus what `auto` resolved to."""
         from omegaconf import OmegaConf
+
         (self.dir / "env.json").write_text(json.dumps(env, indent=2))
         choice = env["engine_choice"]
         resolved = {k: choice[k] for k in ("engine", "weights", "dtype", "kernel")}
-        (self.dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg) +
-                                              "# resolved on this machine (env.json says why)\n" +
-                                              OmegaConf.to_yaml({"resolved": resolved}))
+        (self.dir / "config.yaml").write_text(
+            OmegaConf.to_yaml(cfg)
+            + "# resolved on this machine (env.json says why)\n"
+            + OmegaConf.to_yaml({"resolved": resolved})
+        )
 
     def write_unit(self, rows: list[dict]) -> None:
         """A prompt's lines in one write, flushed to disk: a killed run keeps whole prompts."""
@@ -141,4 +186,5 @@ def read_rows(path: Path) -> list[dict]:
 
 def load(path: Path):
     import pandas as pd
+
     return pd.DataFrame(read_rows(path))

@@ -5,68 +5,38 @@ conversation (turn 2 follows each side's own turn-1 answer), alternating which g
 Every turn becomes one line of records.jsonl, written and flushed as soon as the prompt is done,
 so an interrupted run keeps what it measured. Then the greedy verdicts, summary.csv and a table.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from bench import records as rec
-from bench.clock import Clock
 from bench.interference import Band, LoadProbe, Rules, decode_per_token, judge, quiet_pairs
-from bench.errors import UserError
 from bench.loop import generate
 from bench.memory import PeakMemory
-from bench.models import load_generation_config, load_tokenizer, resolve_device
-from bench.prompting import encode, eos_ids, seed_for
-from bench.sampling import SamplingParams
 from bench.verdict import compare
 from engines import probe
 from engines.load import load as load_engine
-from tasks.loader import Prompt, load_prompts
-
-
-AR_CFG = {"_target_": "methods.ar.AR", "name": "ar", "k": 0}
-
-
-@dataclass
-class Context:
-    """What a method may use: the target engine, its tokenizer, device, dtype, model config."""
-    target: object  # engines.base.Engine
-    tokenizer: object
-    device: torch.device
-    dtype: torch.dtype
-    model_cfg: DictConfig
-    k_override: int | None = None
-    eos: frozenset = frozenset()  # ids that end a turn
-
-    def k(self, method_cfg) -> int | None:
-        """The draft length: top-level `k` when given, else the method's own default (which a
-        tree method may leave None: its tree's own depth)."""
-        k = self.k_override if self.k_override is not None else method_cfg.get("k")
-        return None if k is None else int(k)
-
-
-def build_method(method_cfg, ctx: Context):
-    """Instantiate the class a method YAML names in `_target_` with (its config, ctx)."""
-    method_cfg = OmegaConf.create(method_cfg) if isinstance(method_cfg, dict) else method_cfg
-    try:
-        cls = get_class(method_cfg._target_)
-    except Exception as e:  # a YAML naming a class that does not import
-        raise UserError(f"method {method_cfg.get('name')!r}: cannot import "
-                        f"{method_cfg.get('_target_')!r} ({e})")
-    return cls(method_cfg, ctx)
+from groundfloor.clock import Clock
+from groundfloor.errors import UserError
+from groundfloor.models import load_generation_config, load_tokenizer, resolve_device
+from groundfloor.prompting import encode, eos_ids, seed_for
+from groundfloor.sampling import SamplingParams
+from methods.registry import Context, build_method
+from tasks.loader import load_prompts
+from tasks.prompt import Prompt
 
 
 def context_limit(config) -> int | None:
     return getattr(config, "max_position_embeddings", None)
 
 
-def fit_context(prompts: list[Prompt], tokenizer, max_new, limit: int | None, truncate,
-                use_template: bool) -> tuple[list[Prompt], list[str]]:
+def fit_context(
+    prompts: list[Prompt], tokenizer, max_new, limit: int | None, truncate, use_template: bool
+) -> tuple[list[Prompt], list[str]]:
     """Prompts whose whole conversation (every user turn, templated, plus max_new tokens per
     turn) fits the model's context. Without `truncate` a prompt that does not fit is left out
     with one line on stderr (and counted as skipped); with truncate=left|right its longest turn
@@ -87,9 +57,12 @@ def fit_context(prompts: list[Prompt], tokenizer, max_new, limit: int | None, tr
             kept.append(p)
             continue
         if not truncate:
-            print(f"warning: prompt {p.id} needs {n} positions (its turns and {max_new(p)} new "
-                  f"tokens per turn), more than the model's {limit}; left out (task.truncate="
-                  f"left|right would shorten it)", file=sys.stderr)
+            print(
+                f"warning: prompt {p.id} needs {n} positions (its turns and {max_new(p)} new "
+                f"tokens per turn), more than the model's {limit}; left out (task.truncate="
+                f"left|right would shorten it)",
+                file=sys.stderr,
+            )
             skipped.append(p.id)
             continue
         turns = list(p.turns)
@@ -123,29 +96,47 @@ class Runner:
         if needs and engine == "auto":
             engine = str(needs)
         self.target, self.choice = load_engine(
-            str(cfg.model.target), self.device, engine=engine,
+            str(cfg.model.target),
+            self.device,
+            engine=engine,
             weights=str(cfg.model.get("weights", "auto")),
-            dtype=str(cfg.model.get("dtype", "auto")), kernel=str(cfg.model.get("kernel", "auto")),
-            compile=bool(cfg.model.get("compile", False)))
+            dtype=str(cfg.model.get("dtype", "auto")),
+            kernel=str(cfg.model.get("kernel", "auto")),
+            compile=bool(cfg.model.get("compile", False)),
+        )
         self.tokenizer = load_tokenizer(str(cfg.model.target))
         if self.tokenizer is None:
             raise UserError(f"model.target={cfg.model.target!r} has no tokenizer")
         if needs and cfg.engine == "auto":
             self.choice["engine_reason"] = f"auto: method={cfg.method.name} runs on engine={needs}"
         self.dtype = self.target.dtype
-        self.eos = eos_ids(self.tokenizer, self.target.config,
-                           load_generation_config(str(cfg.model.target)))
-        self.ctx = Context(self.target, self.tokenizer, self.device, self.dtype, cfg.model, cfg.k,
-                           frozenset(self.eos))
-        self.baseline = build_method(AR_CFG, self.ctx)
+        self.eos = eos_ids(
+            self.tokenizer, self.target.config, load_generation_config(str(cfg.model.target))
+        )
+        self.ctx = Context(
+            self.target,
+            self.tokenizer,
+            self.device,
+            self.dtype,
+            cfg.model,
+            cfg.k,
+            frozenset(self.eos),
+        )
+        self.baseline = build_method("ar", self.ctx)
         self.method = build_method(cfg.method, self.ctx)
-        self.prompts, self.skipped = fit_context(self.prompts, self.tokenizer, self.max_new,
-                                                 context_limit(self.target.config),
-                                                 task_cfg.get("truncate"),
-                                                 bool(cfg.model.chat_template))
+        self.prompts, self.skipped = fit_context(
+            self.prompts,
+            self.tokenizer,
+            self.max_new,
+            context_limit(self.target.config),
+            task_cfg.get("truncate"),
+            bool(cfg.model.chat_template),
+        )
         if not self.prompts:
-            raise UserError(f"every prompt of task={cfg.task.name!r} is longer than the model's "
-                            f"context; set task.truncate=left or right")
+            raise UserError(
+                f"every prompt of task={cfg.task.name!r} is longer than the model's "
+                f"context; set task.truncate=left or right"
+            )
         self.clock = Clock(self.device)
         self.mem = PeakMemory(self.device)
         self.load = LoadProbe()
@@ -167,8 +158,9 @@ class Runner:
                 gen.manual_seed(seed_for(self.cfg.seed, prompt.id, t))
             self.mem.start()
             self.load.start()
-            res = generate(method, ids, max_new, self.sampling, self.eos, self.clock, gen,
-                           self.device)
+            res = generate(
+                method, ids, max_new, self.sampling, self.eos, self.clock, gen, self.device
+            )
             load = self.load.stop()
             peak = self.mem.peak_delta()
             turns.append((ids, res, peak, load))
@@ -198,35 +190,61 @@ class Runner:
     def check_no_recompile(self, where: str) -> None:
         """A compiled engine must not compile inside the clock: that time would be counted."""
         if getattr(self.target, "compiled", False) and self.target.graphs() != self.graphs:
-            raise RuntimeError(f"model.compile: torch.compile built new graphs during {where} "
-                               f"(a timed turn); raise warmup= so that warm-up covers every "
-                               f"shape, or run without model.compile")
+            raise RuntimeError(
+                f"model.compile: torch.compile built new graphs during {where} "
+                f"(a timed turn); raise warmup= so that warm-up covers every "
+                f"shape, or run without model.compile"
+            )
 
     def run(self, progress=None) -> Path:
         cfg = self.cfg
         writer = rec.RecordWriter(self.out)
         self.warmup()
         self.cost_curve = probe.curve(self.target)  # c(q): step time vs verify width, untimed
-        writer.write_env(rec.env_info(self.device, str(cfg.model.target), self.choice,
-                                      self.target, self.method, self.cost_curve), cfg)
+        writer.write_env(
+            rec.env_info(
+                self.device,
+                str(cfg.model.target),
+                self.choice,
+                self.target,
+                self.method,
+                self.cost_curve,
+            ),
+            cfg,
+        )
         if cfg.check == "distribution":  # T > 0: does the method sample the baseline's law?
             from bench import distcheck
 
             p = self.prompts[0]
-            ids = encode(self.tokenizer, [{"role": "user", "content": p.turns[0]}],
-                         bool(cfg.model.chat_template))
+            ids = encode(
+                self.tokenizer,
+                [{"role": "user", "content": p.turns[0]}],
+                bool(cfg.model.chat_template),
+            )
             self.dist_pvalue = distcheck.run(
-                self.baseline, self.method, ids, p.id, self.out, samples=int(cfg.dist_samples),
-                positions=int(cfg.dist_positions), seed=int(cfg.seed), sampling=self.sampling,
-                eos=self.eos, clock=self.clock, device=self.device)
-        task_id = progress.add_task(f"{cfg.method.name} k={self.k}", total=len(self.prompts)) \
-            if progress else None
+                self.baseline,
+                self.method,
+                ids,
+                p.id,
+                self.out,
+                samples=int(cfg.dist_samples),
+                positions=int(cfg.dist_positions),
+                seed=int(cfg.seed),
+                sampling=self.sampling,
+                eos=self.eos,
+                clock=self.clock,
+                device=self.device,
+            )
+        task_id = (
+            progress.add_task(f"{cfg.method.name} k={self.k}", total=len(self.prompts))
+            if progress
+            else None
+        )
         try:
             for prompt in self.prompts:
                 if (prompt.task, prompt.id) not in self.done:
                     runs = self.measure(prompt)
-                    writer.write_unit(list(self.unit_records(prompt, runs,
-                                                             self.verdicts(runs))))
+                    writer.write_unit(list(self.unit_records(prompt, runs, self.verdicts(runs))))
                     self.done.add((prompt.task, prompt.id))
                 if progress:
                     progress.advance(task_id)
@@ -237,7 +255,7 @@ class Runner:
     def pair(self, prompt: Prompt, runs: dict, r: int) -> None:
         """One interleaved pair of conversations; the side going first alternates with r."""
         order = [("baseline", self.baseline), ("method", self.method)]
-        for role, m in (order if r % 2 == 0 else order[::-1]):
+        for role, m in order if r % 2 == 0 else order[::-1]:
             runs[role].append(self.conversation(m, prompt, self.max_new(prompt)))
             self.check_no_recompile(f"prompt {prompt.id} ({role})")
 
@@ -268,11 +286,19 @@ class Runner:
         out = []
         need = min(2, int(self.cfg.repeats))
         for t in range(len(runs["baseline"][0])):
-            reps = {role: [(conv[t][1], conv[t][3]) for conv in runs[role]]
-                    for role in ("baseline", "method")}
+            reps = {
+                role: [(conv[t][1], conv[t][3]) for conv in runs[role]]
+                for role in ("baseline", "method")
+            }
             disturbed, quiet = judge(reps, self.rules, self.band)
-            out.append({"disturbed": disturbed, "quiet": quiet, "reps": reps,
-                        "clean": len(quiet_pairs(quiet)) >= need})
+            out.append(
+                {
+                    "disturbed": disturbed,
+                    "quiet": quiet,
+                    "reps": reps,
+                    "clean": len(quiet_pairs(quiet)) >= need,
+                }
+            )
         return out
 
     def unit_records(self, prompt: Prompt, runs: dict, verdicts: list[dict]):
@@ -283,33 +309,59 @@ class Runner:
                 for t, (ids, res, peak, load) in enumerate(conv):
                     u = runs["judged"][t]
                     v = verdicts[t] if role == "method" else {}
-                    unit = {"quiet": u["quiet"][role][r], "unit_disturbed": u["disturbed"],
-                            "unit_clean": u["clean"], "remeasured": u["remeasured"],
-                            "extra_round": r >= int(self.cfg.repeats), **load}
+                    unit = {
+                        "quiet": u["quiet"][role][r],
+                        "unit_disturbed": u["disturbed"],
+                        "unit_clean": u["clean"],
+                        "remeasured": u["remeasured"],
+                        "extra_round": r >= int(self.cfg.repeats),
+                        **load,
+                    }
                     yield rec.record(info, prompt, m.name, role, r, t, ids, res, peak, v, unit)
 
     def run_info(self) -> dict:
         """The fields every record of this run shares."""
         cfg = self.cfg
-        return {"method": self.method.name, "k": self.k, "temperature": float(cfg.temperature),
-                "top_k": int(cfg.top_k), "top_p": float(cfg.top_p), "device": self.device.type,
-                "dtype": self.choice["dtype"], "engine": self.choice["engine"],
-                "weights": self.choice["weights"], "model": str(cfg.model.name)}
+        return {
+            "method": self.method.name,
+            "k": self.k,
+            "temperature": float(cfg.temperature),
+            "top_k": int(cfg.top_k),
+            "top_p": float(cfg.top_p),
+            "device": self.device.type,
+            "dtype": self.choice["dtype"],
+            "engine": self.choice["engine"],
+            "weights": self.choice["weights"],
+            "model": str(cfg.model.name),
+        }
 
     def verdicts(self, runs) -> list[dict]:
         """Greedy: compare the method's repeat-0 turns with the baseline's."""
         out = []
-        for (b_ids, b_res, *_), (m_ids, m_res, *_) in zip(runs["baseline"][0],
-                                                          runs["method"][0]):
+        for (b_ids, b_res, *_), (m_ids, m_res, *_) in zip(runs["baseline"][0], runs["method"][0]):
             if not self.sampling.greedy:
                 out.append({"verdict": None, "dist_pvalue": getattr(self, "dist_pvalue", None)})
                 continue
             if m_ids != b_ids:  # an earlier turn diverged: this turn's prompt differs
-                out.append({"verdict": "after-divergence", "first_divergence": None,
-                            "logit_gap": None, "method_gap": None})
+                out.append(
+                    {
+                        "verdict": "after-divergence",
+                        "first_divergence": None,
+                        "logit_gap": None,
+                        "method_gap": None,
+                    }
+                )
                 continue
-            out.append(compare(self.target, b_ids, b_res.output_ids, m_res.output_ids,
-                               float(self.cfg.tie_tolerance), self.device))
+            out.append(
+                compare(
+                    self.target,
+                    b_ids,
+                    b_res.output_ids,
+                    m_res.output_ids,
+                    float(self.cfg.tie_tolerance),
+                    self.device,
+                )
+            )
         return out
 
 
@@ -329,15 +381,19 @@ def execute(cfg: DictConfig, out: Path, progress=None):
     validate(cfg)
     h, state = cells.cell_hash(cfg), cells.read(out)
     if state and state["hash"] != h:
-        raise UserError(f"out={str(out)!r} holds the results of another configuration (cell "
-                        f"{state['hash']}, this one is {h}); choose another out= or remove it")
+        raise UserError(
+            f"out={str(out)!r} holds the results of another configuration (cell "
+            f"{state['hash']}, this one is {h}); choose another out= or remove it"
+        )
     resume = bool(cfg.get("resume", True))
     if state and resume and state["status"] == "complete" and (out / "summary.csv").exists():
         print(f"complete, skipped: {out}", file=sys.stderr)
         return pd.read_csv(out / "summary.csv"), out / "records.jsonl", None
     if state and not resume:
-        raise UserError(f"out={str(out)!r} already holds this cell's results; resume=true "
-                        f"continues it, or choose another out=")
+        raise UserError(
+            f"out={str(out)!r} already holds this cell's results; resume=true "
+            f"continues it, or choose another out="
+        )
     runner = Runner(cfg, out)
     runner.done = cells.finished(out) if state else set()
     total = len(runner.prompts)
@@ -352,14 +408,16 @@ def execute(cfg: DictConfig, out: Path, progress=None):
     if not finished:
         cells.write(out, h, "partial", 0, total)
         raise KeyboardInterrupt
-    summary = summarize(rec.load(path), getattr(runner, "cost_curve", None),
-                        len(runner.skipped))
+    summary = summarize(rec.load(path), getattr(runner, "cost_curve", None), len(runner.skipped))
     summary["partial"] = status == "partial"
     summary.to_csv(out / "summary.csv", index=False)
     write_answers(out, path, runner.tokenizer, str(cfg.model.name))  # Spec-Bench's answer format
     cells.write(out, h, status, finished, total)
     if status == "partial":
-        print(f"interrupted: {finished} of {total} prompts measured; summary.csv is marked "
-              f"partial. Run the same command (with out={out}) to resume.", file=sys.stderr)
+        print(
+            f"interrupted: {finished} of {total} prompts measured; summary.csv is marked "
+            f"partial. Run the same command (with out={out}) to resume.",
+            file=sys.stderr,
+        )
     runner.status = status
     return summary, path, runner

@@ -9,9 +9,10 @@ Hydra sweep under results/<time>_sweep/<n>_<method>/). `load_runs` returns two D
     records  records.jsonl of every run (output ids dropped) with the same identity columns
 
 `group` names the (model, device, engine · weights · dtype[, source]) a number was measured on:
-the report never puts numbers from two groups into one table or bar without saying so. When several runs measured
-the same cell (group, method, k, temperature, task), the newest run wins.
+the report never puts numbers from two groups into one table or bar without saying so. When
+several runs measured the same cell (group, method, k, temperature, task), the newest run wins.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,16 +25,38 @@ import pandas as pd
 import yaml
 
 from bench.metrics import bootstrap_ratio
+from groundfloor.paths import CONF
 
-CONF_METHOD = Path(__file__).resolve().parent.parent / "conf" / "method"
+CONF_METHOD = CONF / "method"
 CELL = ["group", "method", "k", "temperature", "task"]
-IDENTITY = ["group", "source", "model", "device", "device_name", "dtype", "host", "run",
-            "settings"]
-RECORD_COLS = ["task", "category", "subcategory", "prompt_id", "turn", "repeat", "role",
-               "method", "method_run", "k", "temperature", "new_tokens", "target_forwards",
-               "wall_s", "prefill_s", "draft_s", "verify_s", "other_s", "verdict",
-               "first_divergence", "logit_gap", "method_gap", "dist_pvalue", "quiet",
-               "others_cpu"]
+IDENTITY = ["group", "source", "model", "device", "device_name", "dtype", "host", "run", "settings"]
+RECORD_COLS = [
+    "task",
+    "category",
+    "subcategory",
+    "prompt_id",
+    "turn",
+    "repeat",
+    "role",
+    "method",
+    "method_run",
+    "k",
+    "temperature",
+    "new_tokens",
+    "target_forwards",
+    "wall_s",
+    "prefill_s",
+    "draft_s",
+    "verify_s",
+    "other_s",
+    "verdict",
+    "first_divergence",
+    "logit_gap",
+    "method_gap",
+    "dist_pvalue",
+    "quiet",
+    "others_cpu",
+]
 
 
 def k_agnostic_methods() -> set[str]:
@@ -133,9 +156,16 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
     model = model_name(env.get("model") or (cfg.get("model") or {}).get("target", "unknown"))
     dev = device_name(env) if env else str(summary.device.iloc[0]) if len(summary) else "unknown"
     dtype = precision_label(env, summary)
-    ident = {"source": "specsweep", "model": model, "device_name": dev, "dtype": dtype,
-             "host": env.get("host") or "unknown", "run": str(run), "settings": _settings(cfg),
-             "group": group_label(model, dev, dtype)}
+    ident = {
+        "source": "specsweep",
+        "model": model,
+        "device_name": dev,
+        "dtype": dtype,
+        "host": env.get("host") or "unknown",
+        "run": str(run),
+        "settings": _settings(cfg),
+        "group": group_label(model, dev, dtype),
+    }
     path = run / "records.jsonl"
     records = pd.read_json(path, lines=True) if path.exists() and path.stat().st_size else None
     if records is not None:
@@ -147,8 +177,12 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
     for key, val in ident.items():
         cells[key] = val
     cells["device"] = env.get("device") or cells.get("device", "unknown")
-    intervals = [_tau_interval(records if t == "all" else records[records.task == t])
-                 if records is not None else (math.nan, math.nan) for t in cells.task]
+    intervals = [
+        _tau_interval(records if t == "all" else records[records.task == t])
+        if records is not None
+        else (math.nan, math.nan)
+        for t in cells.task
+    ]
     cells["tau_ci_low"] = [lo for lo, _ in intervals]
     cells["tau_ci_high"] = [hi for _, hi in intervals]
     if records is None:

@@ -4,6 +4,7 @@ A speedup marked † comes from a cell with units that stayed disturbed after re
 (unclean_units > 0: read it with care); ‡ marks cells where disturbed units were re-measured
 and cleaned. The footer says how many of each.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,53 +32,118 @@ def mark(r) -> str:
 def print_summary(summary: pd.DataFrame, title: str, console: Console | None = None) -> None:
     console = console or Console()
     t = Table(title=title, title_justify="left")
-    for col in ("task", "category", "method", "k", "T", "prompts", "tok/s", "base tok/s",
-                "speedup", "95% CI", "τ", "τ/round", "α", "pred.", "draft %", "mem MB",
-                "TTFT ms", "TPOT ms", "exact", "dist p"):
+    for col in (
+        "task",
+        "category",
+        "method",
+        "k",
+        "T",
+        "prompts",
+        "tok/s",
+        "base tok/s",
+        "speedup",
+        "95% CI",
+        "τ",
+        "τ/round",
+        "α",
+        "pred.",
+        "draft %",
+        "mem MB",
+        "TTFT ms",
+        "TPOT ms",
+        "exact",
+        "dist p",
+    ):
         t.add_column(col, justify="left" if col in ("task", "category", "method") else "right")
     for r in summary.itertuples():
-        t.add_row(str(r.task), "" if r.category == "all" else str(r.category), str(r.method),
-                  str(r.k), _f(r.temperature, "{:g}"), str(r.n_prompts),
-                  _f(r.tokens_per_s, "{:.1f}"), _f(r.baseline_tokens_per_s, "{:.1f}"),
-                  _f(r.speedup, "{:.2f}×") + mark(r),
-                  f"{_f(r.speedup_ci_low)}–{_f(r.speedup_ci_high)}", _f(r.tau),
-                  _f(r.tau_round), _f(r.acceptance_rate), _f(r.predicted_speedup, "{:.2f}×"),
-                  _f(r.draft_overhead * 100, "{:.0f}"), _f(r.memory_overhead_mb, "{:.1f}"),
-                  _f(r.ttft_ms, "{:.0f}"), _f(r.tpot_ms, "{:.1f}"), _f(r.exact_match, "{:.2f}"),
-                  _f(r.dist_pvalue, "{:.3g}"))
+        t.add_row(
+            str(r.task),
+            "" if r.category == "all" else str(r.category),
+            str(r.method),
+            str(r.k),
+            _f(r.temperature, "{:g}"),
+            str(r.n_prompts),
+            _f(r.tokens_per_s, "{:.1f}"),
+            _f(r.baseline_tokens_per_s, "{:.1f}"),
+            _f(r.speedup, "{:.2f}×") + mark(r),
+            f"{_f(r.speedup_ci_low)}–{_f(r.speedup_ci_high)}",
+            _f(r.tau),
+            _f(r.tau_round),
+            _f(r.acceptance_rate),
+            _f(r.predicted_speedup, "{:.2f}×"),
+            _f(r.draft_overhead * 100, "{:.0f}"),
+            _f(r.memory_overhead_mb, "{:.1f}"),
+            _f(r.ttft_ms, "{:.0f}"),
+            _f(r.tpot_ms, "{:.1f}"),
+            _f(r.exact_match, "{:.2f}"),
+            _f(r.dist_pvalue, "{:.3g}"),
+        )
     console.print(t)
     rows = summary[summary.category == "all"] if "category" in summary else summary
-    dist = int(rows.disturbed_units.fillna(0).max()) if "disturbed_units" in rows and len(rows) \
-        else 0
-    unclean = int(rows.unclean_units.fillna(0).max()) if "unclean_units" in rows and len(rows) \
-        else 0
+    dist = (
+        int(rows.disturbed_units.fillna(0).max()) if "disturbed_units" in rows and len(rows) else 0
+    )
+    unclean = (
+        int(rows.unclean_units.fillna(0).max()) if "unclean_units" in rows and len(rows) else 0
+    )
     if dist or unclean:
-        console.print(f"interference: {dist} unit(s) disturbed by other work on the machine, "
-                      f"re-measured; {unclean} still disturbed (†: read that speedup with care; "
-                      f"‡: cleaned by re-measurement). records.jsonl has the load samples.")
+        console.print(
+            f"interference: {dist} unit(s) disturbed by other work on the machine, "
+            f"re-measured; {unclean} still disturbed (†: read that speedup with care; "
+            f"‡: cleaned by re-measurement). records.jsonl has the load samples."
+        )
 
 
 def print_serve_summary(summary: pd.DataFrame, title: str, console: Console | None = None) -> None:
     """engine=openai: throughput, latency percentiles, server counters and every error."""
     console = console or Console()
     t = Table(title=title, title_justify="left")
-    for col in ("task", "method", "k", "T", "c", "prompts", "req", "errors", "tok/s",
-                "base tok/s", "speedup", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
-                "ITL p50/p99 ms", "τ", "α", "exact"):
+    for col in (
+        "task",
+        "method",
+        "k",
+        "T",
+        "c",
+        "prompts",
+        "req",
+        "errors",
+        "tok/s",
+        "base tok/s",
+        "speedup",
+        "TTFT p50/p99 ms",
+        "TPOT p50/p99 ms",
+        "ITL p50/p99 ms",
+        "τ",
+        "α",
+        "exact",
+    ):
         t.add_column(col, justify="left" if col in ("task", "method") else "right")
     for r in summary.itertuples():
-        errs = {e: getattr(r, f"errors_{e}") for e in ("connection", "timeout", "http",
-                                                      "protocol")}
+        errs = {e: getattr(r, f"errors_{e}") for e in ("connection", "timeout", "http", "protocol")}
         shown = ", ".join(f"{v} {e}" for e, v in errs.items() if v) or "0"
-        if isinstance(r.not_started, (int, float)) and r.not_started == r.not_started \
-                and r.not_started:
+        if (
+            isinstance(r.not_started, (int, float))
+            and r.not_started == r.not_started
+            and r.not_started
+        ):
             shown += f", {int(r.not_started)} not started"
-        t.add_row(str(r.task), str(r.method), str(r.k), _f(r.temperature, "{:g}"),
-                  str(r.concurrency), str(r.n_prompts), str(r.requests), shown,
-                  _f(r.tokens_per_s, "{:.1f}"), _f(r.baseline_tokens_per_s, "{:.1f}"),
-                  _f(r.speedup, "{:.2f}×"),
-                  f"{_f(r.ttft_p50_ms, '{:.0f}')}/{_f(r.ttft_p99_ms, '{:.0f}')}",
-                  f"{_f(r.tpot_p50_ms, '{:.1f}')}/{_f(r.tpot_p99_ms, '{:.1f}')}",
-                  f"{_f(r.itl_p50_ms, '{:.1f}')}/{_f(r.itl_p99_ms, '{:.1f}')}",
-                  _f(r.tau), _f(r.acceptance_rate), _f(r.exact_match, "{:.2f}"))
+        t.add_row(
+            str(r.task),
+            str(r.method),
+            str(r.k),
+            _f(r.temperature, "{:g}"),
+            str(r.concurrency),
+            str(r.n_prompts),
+            str(r.requests),
+            shown,
+            _f(r.tokens_per_s, "{:.1f}"),
+            _f(r.baseline_tokens_per_s, "{:.1f}"),
+            _f(r.speedup, "{:.2f}×"),
+            f"{_f(r.ttft_p50_ms, '{:.0f}')}/{_f(r.ttft_p99_ms, '{:.0f}')}",
+            f"{_f(r.tpot_p50_ms, '{:.1f}')}/{_f(r.tpot_p99_ms, '{:.1f}')}",
+            f"{_f(r.itl_p50_ms, '{:.1f}')}/{_f(r.itl_p99_ms, '{:.1f}')}",
+            _f(r.tau),
+            _f(r.acceptance_rate),
+            _f(r.exact_match, "{:.2f}"),
+        )
     console.print(t)

@@ -11,6 +11,7 @@ since one rounding step is all a different reduction order can move a logit.
 A later turn whose prompt already differs (an earlier turn diverged) is not compared:
 `after-divergence`.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,14 @@ def rounding_step(logits: torch.Tensor) -> float:
 
 
 @torch.inference_mode()
-def compare(target, prompt_ids: list[int], base_out: list[int], method_out: list[int],
-            tie_tolerance: float, device) -> dict:
+def compare(
+    target,
+    prompt_ids: list[int],
+    base_out: list[int],
+    method_out: list[int],
+    tie_tolerance: float,
+    device,
+) -> dict:
     j = first_divergence(base_out, method_out)
     if j is None:
         return {"verdict": "exact", "first_divergence": None, "logit_gap": None, "method_gap": None}
@@ -52,5 +59,9 @@ def compare(target, prompt_ids: list[int], base_out: list[int], method_out: list
     if j < len(base_out) and j < len(method_out):
         method_gap = float(logits[base_out[j]] - logits[method_out[j]])
     near = method_gap is not None and abs(method_gap) <= max(tie_tolerance, 2 * step)
-    return {"verdict": "near-tie" if near else "mismatch", "first_divergence": j,
-            "logit_gap": gap, "method_gap": method_gap}
+    return {
+        "verdict": "near-tie" if near else "mismatch",
+        "first_divergence": j,
+        "logit_gap": gap,
+        "method_gap": method_gap,
+    }

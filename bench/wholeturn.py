@@ -16,13 +16,14 @@ for every other method:
 
 So τ, α per position, phases and the greedy verdict mean here what they mean for `ngram`.
 """
+
 from __future__ import annotations
 
 import torch
 
-from bench.clock import Clock
-from bench.loop import TurnResult, _bump
-from bench.sampling import SamplingParams
+from bench.turn import TurnResult, bump
+from groundfloor.clock import Clock
+from groundfloor.sampling import SamplingParams
 
 
 class RoundStreamer:
@@ -51,9 +52,16 @@ def _ids_of(args, kwargs) -> torch.Tensor | None:
 
 
 @torch.inference_mode()
-def generate_whole(method, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams,
-                   eos_ids: set[int], clock: Clock, generator: torch.Generator | None = None,
-                   device: torch.device | str = "cpu") -> TurnResult:
+def generate_whole(
+    method,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    sampling: SamplingParams,
+    eos_ids: set[int],
+    clock: Clock,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> TurnResult:
     """One turn of a whole-turn method (`method.whole_turn`); returns what `loop.generate` does."""
     target = method.target.model
     assistant = method.assistant()
@@ -72,20 +80,31 @@ def generate_whole(method, prompt_ids: list[int], max_new_tokens: int, sampling:
     def draft_pre(*_):
         clock.switch("draft")
 
-    hooks = [target.register_forward_pre_hook(target_pre, with_kwargs=True),
-             target.register_forward_hook(back_to_other)]
+    hooks = [
+        target.register_forward_pre_hook(target_pre, with_kwargs=True),
+        target.register_forward_hook(back_to_other),
+    ]
     if assistant is not None:
-        hooks += [assistant.register_forward_pre_hook(draft_pre),
-                  assistant.register_forward_hook(back_to_other)]
+        hooks += [
+            assistant.register_forward_pre_hook(draft_pre),
+            assistant.register_forward_hook(back_to_other),
+        ]
     streamer = RoundStreamer(clock)
     ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-    kw = dict(max_new_tokens=max_new_tokens, min_new_tokens=0, streamer=streamer,
-              eos_token_id=sorted(eos_ids) or None, pad_token_id=min(eos_ids, default=0),
-              do_sample=not sampling.greedy, use_cache=True)
+    kw = dict(
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=0,
+        streamer=streamer,
+        eos_token_id=sorted(eos_ids) or None,
+        pad_token_id=min(eos_ids, default=0),
+        do_sample=not sampling.greedy,
+        use_cache=True,
+    )
     if not sampling.greedy:  # generate() samples from the global RNG: seed it from ours
         torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
-        kw.update(temperature=sampling.temperature, top_k=sampling.top_k or None,
-                  top_p=sampling.top_p)
+        kw.update(
+            temperature=sampling.temperature, top_k=sampling.top_k or None, top_p=sampling.top_p
+        )
     kw.update(method.generate_kwargs())
     clock.reset()
     try:
@@ -95,11 +114,15 @@ def generate_whole(method, prompt_ids: list[int], max_new_tokens: int, sampling:
     finally:
         for h in hooks:
             h.remove()
-    output = out[0, len(prompt_ids):].tolist()
+    output = out[0, len(prompt_ids) :].tolist()
     _check_stopping(method.name, output, streamer.rounds, max_new_tokens, eos_ids)
 
-    res = TurnResult(output_ids=output, n_prompt=len(prompt_ids), times_ns=clock.read(),
-                     target_forwards=state["forwards"])
+    res = TurnResult(
+        output_ids=output,
+        n_prompt=len(prompt_ids),
+        times_ns=clock.read(),
+        target_forwards=state["forwards"],
+    )
     res.stop = "eos" if output and output[-1] in eos_ids else "length"
     for i, toks in enumerate(streamer.rounds):
         drafted = widths[i] - (len(prompt_ids) if i == 0 else 1) if i < len(widths) else 0
@@ -107,14 +130,15 @@ def generate_whole(method, prompt_ids: list[int], max_new_tokens: int, sampling:
         res.accept_lengths.append(len(toks))
         res.drafted_tokens += drafted
         res.accepted_tokens += accepted
-        _bump(res.drafted_per_pos, drafted)
-        _bump(res.accepted_per_pos, accepted)
+        bump(res.drafted_per_pos, drafted)
+        bump(res.accepted_per_pos, accepted)
     res.extra_bytes = method.extra_bytes()
     return res
 
 
-def _check_stopping(name: str, output: list[int], rounds: list[list[int]], max_new: int,
-                    eos_ids: set[int]) -> None:
+def _check_stopping(
+    name: str, output: list[int], rounds: list[list[int]], max_new: int, eos_ids: set[int]
+) -> None:
     """The harness's stopping rule, checked rather than assumed of generate()."""
     if len(output) > max_new:
         raise RuntimeError(f"{name}: generate() returned {len(output)} tokens, budget {max_new}")

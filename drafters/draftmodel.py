@@ -12,6 +12,7 @@ model built from the same tensors, or this module behind engines.hf. Stored file
 config.json (the LlamaConfig), model.safetensors (layers, norm, head, d2t) and
 specsweep_draft.json.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from engines.hf import _cache_kwarg
+from engines.hf import cache_kwarg
 
 MARKER = "specsweep_draft.json"
 
@@ -47,12 +48,26 @@ class DistilledDraft(nn.Module):
         self.head = nn.Linear(config.hidden_size, d2t.numel(), bias=False)
         self.vocab = embed.shape[0]
 
-    def forward(self, input_ids, cache=None, use_cache=True, logits_to_keep=0, position_ids=None,
-                attention_mask=None, output_hidden_states=False, **_):
+    def forward(
+        self,
+        input_ids,
+        cache=None,
+        use_cache=True,
+        logits_to_keep=0,
+        position_ids=None,
+        attention_mask=None,
+        output_hidden_states=False,
+        **_,
+    ):
         h = nn.functional.embedding(input_ids, self.embed)
-        kw = {_cache_kwarg(type(self.model)): cache}
-        out = self.model(inputs_embeds=h, use_cache=use_cache, position_ids=position_ids,
-                         attention_mask=attention_mask, **kw)
+        kw = {cache_kwarg(type(self.model)): cache}
+        out = self.model(
+            inputs_embeds=h,
+            use_cache=use_cache,
+            position_ids=position_ids,
+            attention_mask=attention_mask,
+            **kw,
+        )
         x = out.last_hidden_state
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
@@ -66,8 +81,11 @@ class DistilledDraft(nn.Module):
     def small_logits(self, input_ids, attention_mask=None) -> torch.Tensor:
         """Training view: (B, L, V_d) logits without scattering to the full vocabulary."""
         h = nn.functional.embedding(input_ids, self.embed)
-        return self.head(self.model(inputs_embeds=h, attention_mask=attention_mask,
-                                    use_cache=False).last_hidden_state)
+        return self.head(
+            self.model(
+                inputs_embeds=h, attention_mask=attention_mask, use_cache=False
+            ).last_hidden_state
+        )
 
     def stored_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.state_dict().values())
@@ -91,12 +109,18 @@ def from_target(target, num_layers: int, d2t: torch.Tensor) -> DistilledDraft:
 
 def save(draft: DistilledDraft, out: Path, base: str, dtype=torch.bfloat16, extra=None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to(dtype if v.is_floating_point() else v.dtype).contiguous()
-             for k, v in draft.state_dict().items()}
+    state = {
+        k: v.detach().to(dtype if v.is_floating_point() else v.dtype).contiguous()
+        for k, v in draft.state_dict().items()
+    }
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     draft.config.save_pretrained(out)
-    meta = {"base_model_name_or_path": base, "draft_vocab_size": int(draft.d2t.numel()),
-            "num_layers": draft.config.num_hidden_layers, "shares_target_embeddings": True}
+    meta = {
+        "base_model_name_or_path": base,
+        "draft_vocab_size": int(draft.d2t.numel()),
+        "num_layers": draft.config.num_hidden_layers,
+        "shares_target_embeddings": True,
+    }
     meta.update(extra or {})
     (out / MARKER).write_text(json.dumps(meta, indent=2))
 
@@ -111,8 +135,9 @@ def load(path: Path, target, dtype: torch.dtype) -> DistilledDraft:
     cfg = AutoConfig.from_pretrained(path)
     state = load_file(str(Path(path) / "model.safetensors"))
     draft = DistilledDraft(cfg, target.get_input_embeddings().weight, state["d2t"])
-    draft.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v
-                           for k, v in state.items()})
+    draft.load_state_dict(
+        {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    )
     return draft.to(dtype).to(target.device).eval().requires_grad_(False)
 
 
@@ -141,8 +166,9 @@ def load_engine(path: Path, target):
     from engines.hf import HFEngine
 
     draft = DistilledDraft(cfg, target.embed_weight, state["d2t"])
-    draft.load_state_dict({k: v.to(target.dtype) if v.is_floating_point() else v
-                           for k, v in state.items()})
+    draft.load_state_dict(
+        {k: v.to(target.dtype) if v.is_floating_point() else v for k, v in state.items()}
+    )
     draft = draft.to(target.dtype).to(target.device).eval().requires_grad_(False)
     return HFEngine(draft), d2t
 
@@ -178,8 +204,10 @@ def to_transformers(path: Path, target):
     state = load_file(str(Path(path) / "model.safetensors"))
     model = LlamaForCausalLM(cfg)
     model.model.embed_tokens.weight = target.get_input_embeddings().weight
-    got = model.model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()
-                                       if k.startswith("model.")}, strict=False)
+    got = model.model.load_state_dict(
+        {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")},
+        strict=False,
+    )
     if got.unexpected_keys or set(got.missing_keys) != {"embed_tokens.weight"}:
         raise ValueError(f"{path}: not a distilled draft's layers ({got})")
     dtype = target.get_input_embeddings().weight.dtype

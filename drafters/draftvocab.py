@@ -7,6 +7,7 @@ of the training data (FR-Spec's idea; EAGLE-3 bakes the same choice into its own
 that cost by V / N. It changes which tokens are drafted, never what is accepted: candidates are
 verified by the target as point masses, so the output stays exactly the target's.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,7 @@ class DraftVocab:
         if not size or not frequent or size >= weight.shape[0]:
             self.ids, self.weight = None, weight
         else:
-            self.ids = torch.tensor(sorted(frequent[:size]), dtype=torch.long,
-                                    device=weight.device)
+            self.ids = torch.tensor(sorted(frequent[:size]), dtype=torch.long, device=weight.device)
             self.weight = weight.detach()[self.ids].contiguous()
 
     @property

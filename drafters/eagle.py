@@ -27,6 +27,7 @@ Which target layers EAGLE-3 taps is not in the published config; the authors' co
 hidden_states[2], [N // 2], [N − 3] of an N-layer target (transformers' `hidden_states` indices,
 the input of that layer), which is our default; `eagle_aux_hidden_state_layer_ids` overrides it.
 """
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,9 @@ class Attention(nn.Module):
         kk = k if past_k is None else torch.cat([past_k, k], dim=-2)
         vv = v if past_v is None else torch.cat([past_v, v], dim=-2)
         rep = self.nh // self.nkv
-        out = F.scaled_dot_product_attention(q, kk.repeat_interleave(rep, 1),
-                                             vv.repeat_interleave(rep, 1), attn_mask=mask)
+        out = F.scaled_dot_product_attention(
+            q, kk.repeat_interleave(rep, 1), vv.repeat_interleave(rep, 1), attn_mask=mask
+        )
         return self.o_proj(out.transpose(1, 2).reshape(B, n, -1)), k, v
 
 
@@ -100,8 +102,13 @@ class EagleHead(nn.Module):
     """One EAGLE head. `attach(target)` gives it the target's embeddings (and, for `eagle`, its
     output layer); they are used in place, never copied or saved."""
 
-    def __init__(self, cfg, kind: str, target_layers: list[int] | None = None,
-                 d2t: torch.Tensor | None = None):
+    def __init__(
+        self,
+        cfg,
+        kind: str,
+        target_layers: list[int] | None = None,
+        d2t: torch.Tensor | None = None,
+    ):
         from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
 
         super().__init__()
@@ -204,6 +211,7 @@ def head_config(target_cfg, kind: str):
 
 # --- published layouts --------------------------------------------------------------------
 
+
 def save(head: EagleHead, out: Path, base: str, dtype=torch.bfloat16, extra: dict | None = None):
     from safetensors.torch import save_file
 
@@ -219,8 +227,11 @@ def save(head: EagleHead, out: Path, base: str, dtype=torch.bfloat16, extra: dic
         t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
         t2d[d2t] = True
         state["t2d"] = t2d
-    save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {k: v.contiguous() for k, v in state.items()},
+        str(out / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     cfg = head.config.to_dict()
     cfg["architectures"] = [EAGLE3_ARCH if head.kind == "eagle3" else "LlamaForCausalLM"]
     cfg["base_model_name_or_path"] = base
@@ -236,6 +247,7 @@ def save(head: EagleHead, out: Path, base: str, dtype=torch.bfloat16, extra: dic
 def read_state(path: Path) -> dict:
     if (path / "model.safetensors").exists():
         from safetensors.torch import load_file
+
         return load_file(str(path / "model.safetensors"))
     if (path / "pytorch_model.bin").exists():
         return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
@@ -243,8 +255,9 @@ def read_state(path: Path) -> dict:
 
 
 def kind_of(cfg: dict, state: dict) -> str:
-    if EAGLE3_ARCH in (cfg.get("architectures") or []) or any(k.startswith("midlayer.")
-                                                                for k in state):
+    if EAGLE3_ARCH in (cfg.get("architectures") or []) or any(
+        k.startswith("midlayer.") for k in state
+    ):
         return "eagle3"
     return "eagle"
 
@@ -259,8 +272,10 @@ def load(path: Path, target, dtype=torch.float32) -> tuple[EagleHead, dict]:
     fields = {k: v for k, v in raw.items() if k not in ("architectures", "specsweep")}
     cfg = LlamaConfig(**fields)
     if kind == "eagle" and int(raw.get("num_hidden_layers", 1)) != 1:
-        raise ValueError(f"{path}: EAGLE heads with {raw['num_hidden_layers']} layers are not "
-                         f"supported (published EAGLE-1/2 heads have 1)")
+        raise ValueError(
+            f"{path}: EAGLE heads with {raw['num_hidden_layers']} layers are not "
+            f"supported (published EAGLE-1/2 heads have 1)"
+        )
     n_target = target.config.num_hidden_layers
     layers = raw.get("eagle_aux_hidden_state_layer_ids") or default_layers(kind, n_target)
     d2t = None
@@ -270,15 +285,20 @@ def load(path: Path, target, dtype=torch.float32) -> tuple[EagleHead, dict]:
         else:  # no reduced vocabulary
             d2t = torch.arange(state["lm_head.weight"].shape[0])
     head = EagleHead(cfg, kind, layers, d2t)
-    state = {k: v for k, v in state.items() if k not in ("d2t", "t2d", "embed_tokens.weight")
-             and not k.startswith("rotary.")}
+    state = {
+        k: v
+        for k, v in state.items()
+        if k not in ("d2t", "t2d", "embed_tokens.weight") and not k.startswith("rotary.")
+    }
     if kind == "eagle" and "fc.bias" not in state:  # heads saved with bias=False
         head.fc.bias.data.zero_()
         state["fc.bias"] = head.fc.bias.data
     missing, unexpected = head.load_state_dict(state, strict=False)
     missing = [m for m in missing if not m.startswith("rotary.") and m != "d2t"]
     if missing or unexpected:
-        raise ValueError(f"{path}: not an EAGLE layout (missing {missing[:4]}, "
-                         f"unexpected {list(unexpected)[:4]})")
+        raise ValueError(
+            f"{path}: not an EAGLE layout (missing {missing[:4]}, "
+            f"unexpected {list(unexpected)[:4]})"
+        )
     head = head.to(dtype).attach(target).eval().requires_grad_(False)
     return head.to(target.device), raw

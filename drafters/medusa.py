@@ -12,6 +12,7 @@ shared, which saves V × H parameters per head; the published layout (Medusa's
 config.json with `medusa_num_heads`, `medusa_num_layers`, `base_model_name_or_path`) is written
 with the projection copied in when `export_full=True`, and read either way.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,14 +39,23 @@ class ResBlock(nn.Module):
 class MedusaHeads(nn.Module):
     """Blocks of every head; projection to the vocabulary either own (published heads) or shared."""
 
-    def __init__(self, hidden: int, num_heads: int, num_layers: int = 1,
-                 lm_heads: list[torch.Tensor] | None = None):
+    def __init__(
+        self,
+        hidden: int,
+        num_heads: int,
+        num_layers: int = 1,
+        lm_heads: list[torch.Tensor] | None = None,
+    ):
         super().__init__()
         self.num_heads, self.num_layers = num_heads, num_layers
-        self.blocks = nn.ModuleList(nn.Sequential(*[ResBlock(hidden) for _ in range(num_layers)])
-                                    for _ in range(num_heads))
-        self.own = None if lm_heads is None else nn.ParameterList(
-            nn.Parameter(w, requires_grad=False) for w in lm_heads)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(*[ResBlock(hidden) for _ in range(num_layers)]) for _ in range(num_heads)
+        )
+        self.own = (
+            None
+            if lm_heads is None
+            else nn.ParameterList(nn.Parameter(w, requires_grad=False) for w in lm_heads)
+        )
 
     def features(self, h: torch.Tensor) -> torch.Tensor:
         """h (..., H) → (num_heads, ..., H) inputs of each head's projection."""
@@ -62,8 +72,13 @@ class MedusaHeads(nn.Module):
         return sum(p.numel() * p.element_size() for p in self.parameters())
 
 
-def loss(heads: MedusaHeads, h: torch.Tensor, labels: torch.Tensor, lm_head: torch.Tensor,
-         decay: float = 0.8):
+def loss(
+    heads: MedusaHeads,
+    h: torch.Tensor,
+    labels: torch.Tensor,
+    lm_head: torch.Tensor,
+    decay: float = 0.8,
+):
     """h (N, H) hidden states; labels (num_heads, N) row indices of `lm_head`, -100 = ignore,
     -1 = a token outside `lm_head`'s rows (left out of the loss, counted as a miss).
 
@@ -94,9 +109,15 @@ def labels_for(ids: torch.Tensor, start: int, num_heads: int) -> tuple[torch.Ten
     return pos, lab
 
 
-def save(heads: MedusaHeads, out: Path, base: str, lm_head: torch.Tensor | None = None,
-         export_full: bool = False, extra: dict | None = None,
-         dtype: torch.dtype = torch.bfloat16) -> None:
+def save(
+    heads: MedusaHeads,
+    out: Path,
+    base: str,
+    lm_head: torch.Tensor | None = None,
+    export_full: bool = False,
+    extra: dict | None = None,
+    dtype: torch.dtype = torch.bfloat16,
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
     state = {}
     for i, blk in enumerate(heads.blocks):
@@ -108,9 +129,13 @@ def save(heads: MedusaHeads, out: Path, base: str, lm_head: torch.Tensor | None 
             state[f"{i}.{heads.num_layers}.weight"] = w.detach().contiguous().clone()
     state = {k: v.to(dtype) for k, v in state.items()}
     save_file(state, str(out / WEIGHTS), metadata={"format": "pt"})
-    cfg = {"medusa_num_heads": heads.num_heads, "medusa_num_layers": heads.num_layers,
-           "base_model_name_or_path": base, "hidden_size": heads.blocks[0][0].linear.in_features,
-           "shared_lm_head": not export_full and heads.own is None}
+    cfg = {
+        "medusa_num_heads": heads.num_heads,
+        "medusa_num_layers": heads.num_layers,
+        "base_model_name_or_path": base,
+        "hidden_size": heads.blocks[0][0].linear.in_features,
+        "shared_lm_head": not export_full and heads.own is None,
+    }
     cfg.update(extra or {})
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
 

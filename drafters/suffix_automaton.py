@@ -23,6 +23,7 @@ What the methods read:
 - `first(link(end))`: where the longest suffix of T that occurred before first ended, so that
   T[first + 1 ..] continues it (SAM decoding).
 """
+
 from __future__ import annotations
 
 import sys
@@ -72,8 +73,13 @@ class SuffixAutomaton:
             if self.length[p] + 1 == self.length[q]:
                 self.link[cur] = q
             else:  # split q: the clone takes its strings of length ≤ len(p) + 1
-                clone = self._new(self.length[p] + 1, self.link[q], dict(self.trans[q]),
-                                  self.first[q], self.count[q])
+                clone = self._new(
+                    self.length[p] + 1,
+                    self.link[q],
+                    dict(self.trans[q]),
+                    self.first[q],
+                    self.count[q],
+                )
                 while p != -1 and self.trans[p].get(x) == q:
                     self.trans[p][x] = clone
                     p = self.link[p]
@@ -149,5 +155,8 @@ class SuffixAutomaton:
     def nbytes(self) -> int:
         """Approximate bytes held: the per-state lists and transition dicts."""
         lists = (self.length, self.link, self.trans, self.first, self.count, self.tokens)
-        return (sum(sys.getsizeof(a) for a in lists) + sum(sys.getsizeof(d) for d in self.trans)
-                + 28 * 4 * self.states)  # ints above 256 are objects of their own
+        return (
+            sum(sys.getsizeof(a) for a in lists)
+            + sum(sys.getsizeof(d) for d in self.trans)
+            + 28 * 4 * self.states
+        )  # ints above 256 are objects of their own

@@ -14,6 +14,7 @@ A tree is verified with `positions = cached + depth` and `mask = [all cached | a
 Every method, the baseline, the tree budget, the verdict and training-data generation call only
 this interface, so each runs unchanged on `engine=hf` and `engine=lean`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -57,8 +58,9 @@ class Engine:
     def new_cache(self, capacity: int, batch: int = 1):
         raise NotImplementedError
 
-    def forward(self, ids, cache, positions=None, mask=None, logits_to_keep: int = 0,
-                hidden=()) -> Out:
+    def forward(
+        self, ids, cache, positions=None, mask=None, logits_to_keep: int = 0, hidden=()
+    ) -> Out:
         raise NotImplementedError
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -80,8 +82,11 @@ class Engine:
 
     def describe(self) -> dict:
         """What runs: engine, weight format, activation dtype, kernels."""
-        return {"engine": self.name, "weights": self.weights, "dtype": str(self.dtype)
-                .removeprefix("torch.")}
+        return {
+            "engine": self.name,
+            "weights": self.weights,
+            "dtype": str(self.dtype).removeprefix("torch."),
+        }
 
     @property
     def num_layers(self) -> int:

@@ -11,6 +11,7 @@ Weight formats per layer (engines.formats), for `weights=`:
 Fused projections: Wqkv = [Wq; Wk; Wv] and Wgu = [Wgate; Wup] (rows concatenated), so a row's
 output is the same dot product as in the unfused model.
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,8 +36,9 @@ def fused(parts: list, fmt: str, device, kernel: str, bias=None) -> Linear:
     return Linear.from_float(w, fmt, bias=bias, device=device, kernel=kernel)
 
 
-def build(config, tensors: dict, weights: str, dtype: torch.dtype, device,
-          kernel: str = "aten") -> LeanModel:
+def build(
+    config, tensors: dict, weights: str, dtype: torch.dtype, device, kernel: str = "aten"
+) -> LeanModel:
     """tensors: transformers names → float tensors or GGUF blocks (engines.gguf)."""
     check_supported(config)
     device = torch.device(device)
@@ -55,16 +57,34 @@ def build(config, tensors: dict, weights: str, dtype: torch.dtype, device,
         p = f"model.layers.{i}."
         bias = None
         if f"{p}self_attn.q_proj.bias" in tensors:  # Qwen2
-            bias = torch.cat([as_float(tensors[f"{p}self_attn.{x}_proj.bias"])
-                              for x in "qkv"]).to(device=device, dtype=dtype)
-        wqkv = fused([tensors[f"{p}self_attn.{x}_proj.weight"] for x in "qkv"], proj, device,
-                     kernel, bias)
+            bias = torch.cat([as_float(tensors[f"{p}self_attn.{x}_proj.bias"]) for x in "qkv"]).to(
+                device=device, dtype=dtype
+            )
+        wqkv = fused(
+            [tensors[f"{p}self_attn.{x}_proj.weight"] for x in "qkv"], proj, device, kernel, bias
+        )
         wo = fused([tensors[f"{p}self_attn.o_proj.weight"]], proj, device, kernel)
-        wgu = fused([tensors[f"{p}mlp.gate_proj.weight"], tensors[f"{p}mlp.up_proj.weight"]],
-                    proj, device, kernel)
+        wgu = fused(
+            [tensors[f"{p}mlp.gate_proj.weight"], tensors[f"{p}mlp.up_proj.weight"]],
+            proj,
+            device,
+            kernel,
+        )
         wd = fused([tensors[f"{p}mlp.down_proj.weight"]], proj, device, kernel)
-        blocks.append(Block(wqkv, wo, wgu, wd, norm(f"{p}input_layernorm.weight"),
-                            norm(f"{p}post_attention_layernorm.weight"), nh, nkv, hd, eps))
+        blocks.append(
+            Block(
+                wqkv,
+                wo,
+                wgu,
+                wd,
+                norm(f"{p}input_layernorm.weight"),
+                norm(f"{p}post_attention_layernorm.weight"),
+                nh,
+                nkv,
+                hd,
+                eps,
+            )
+        )
     head = tensors.get("lm_head.weight")
     if head is None or getattr(c, "tie_word_embeddings", False):
         head = tensors["model.embed_tokens.weight"]  # tied: the same stored blocks
@@ -73,8 +93,15 @@ def build(config, tensors: dict, weights: str, dtype: torch.dtype, device,
         output = Linear.from_q8_0(head.q, head.d, device=device, kernel=kernel)
     else:
         output = Linear.from_float(as_float(head), out_fmt, device=device, kernel=kernel)
-    return LeanModel(config, blocks, embed.to(device=device, dtype=dtype),
-                     norm("model.norm.weight"), output, dtype, device)
+    return LeanModel(
+        config,
+        blocks,
+        embed.to(device=device, dtype=dtype),
+        norm("model.norm.weight"),
+        output,
+        dtype,
+        device,
+    )
 
 
 def state_dict_of(path: str) -> dict:
@@ -83,16 +110,26 @@ def state_dict_of(path: str) -> dict:
     from pathlib import Path
 
     p = Path(path)
-    index = next((p / f for f in ("model.safetensors.index.json",
-                                  "pytorch_model.bin.index.json") if (p / f).exists()), None)
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index else \
-        [f for f in ("model.safetensors", "pytorch_model.bin") if (p / f).exists()][:1]
+    index = next(
+        (
+            p / f
+            for f in ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+            if (p / f).exists()
+        ),
+        None,
+    )
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        if index
+        else [f for f in ("model.safetensors", "pytorch_model.bin") if (p / f).exists()][:1]
+    )
     if not files:
         raise FileNotFoundError(f"{path} holds no model.safetensors or pytorch_model.bin")
     out = {}
     for f in files:
         if f.endswith(".safetensors"):
             from safetensors.torch import load_file
+
             out.update(load_file(str(p / f)))
         else:
             out.update(torch.load(p / f, map_location="cpu", weights_only=True))

@@ -9,14 +9,23 @@ HFCache (the hf engine): a transformers DynamicCache, layer i holding keys/value
 (batch, kv_heads, length, head_dim); rolled back and path-kept by slicing those tensors (not
 through `crop()`, whose signature moved between transformers releases).
 """
+
 from __future__ import annotations
 
 import torch
 
 
 class StaticCache:
-    def __init__(self, layers: int, batch: int, kv_heads: int, capacity: int, head_dim: int,
-                 dtype: torch.dtype, device):
+    def __init__(
+        self,
+        layers: int,
+        batch: int,
+        kv_heads: int,
+        capacity: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device,
+    ):
         shape = (layers, batch, kv_heads, capacity, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)

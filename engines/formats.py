@@ -22,6 +22,7 @@ activations (their fast CPU path): x is cast to bf16 and y back. A GGUF Q4_1 blo
 is an int4 group with scale d and offset m, as stored; Q8_0 blocks are q8_0. Weight-only
 quantization changes the target's numbers, so format and kernel are named next to every result.
 """
+
 from __future__ import annotations
 
 import torch
@@ -70,8 +71,14 @@ def _native():
 class Linear(nn.Module):
     """One projection in a weight format, run on one kernel."""
 
-    def __init__(self, fmt: str, kernel: str, shape: tuple[int, int], tensors: dict,
-                 bias: torch.Tensor | None):
+    def __init__(
+        self,
+        fmt: str,
+        kernel: str,
+        shape: tuple[int, int],
+        tensors: dict,
+        bias: torch.Tensor | None,
+    ):
         super().__init__()
         self.fmt, self.kernel = fmt, kernel
         self.out_features, self.in_features = shape
@@ -85,8 +92,9 @@ class Linear(nn.Module):
 
     # --- construction -----------------------------------------------------------------------
     @classmethod
-    def from_float(cls, w: torch.Tensor, fmt: str, bias=None, device="cpu",
-                   kernel: str = "aten") -> "Linear":
+    def from_float(
+        cls, w: torch.Tensor, fmt: str, bias=None, device="cpu", kernel: str = "aten"
+    ) -> "Linear":
         """A float (out, in) weight in format `fmt` (quantized here for int8/int4)."""
         if fmt not in FORMATS:
             raise ValueError(f"weight format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -98,19 +106,33 @@ class Linear(nn.Module):
             q, s = quantize_int8(w)
             if kernel == "native":  # the row's scale for each of its groups: the same values
                 groups = s[:, None].expand(-1, shape[1] // GROUP).contiguous()
-                return cls("int8", kernel, shape, {"qweight": q.to(device),
-                                                   "scales": groups.to(device)}, b)
-            return cls("int8", "aten", shape, {"qweight": q.to(device),
-                                               "scales": s.to(device, torch.bfloat16)}, b)
+                return cls(
+                    "int8", kernel, shape, {"qweight": q.to(device), "scales": groups.to(device)}, b
+                )
+            return cls(
+                "int8",
+                "aten",
+                shape,
+                {"qweight": q.to(device), "scales": s.to(device, torch.bfloat16)},
+                b,
+            )
         w = w.to(device=device, dtype=FLOATS[fmt]).contiguous()
         if kernel == "onednn":
-            return cls(fmt, kernel, shape, {"weight": torch.ops.mkldnn._reorder_linear_weight(
-                w, 1)}, b)
+            return cls(
+                fmt, kernel, shape, {"weight": torch.ops.mkldnn._reorder_linear_weight(w, 1)}, b
+            )
         return cls(fmt, "aten", shape, {"weight": w}, b)
 
     @classmethod
-    def from_int4(cls, q: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, bias=None,
-                  device="cpu", kernel: str = "native") -> "Linear":
+    def from_int4(
+        cls,
+        q: torch.Tensor,
+        scale: torch.Tensor,
+        offset: torch.Tensor,
+        bias=None,
+        device="cpu",
+        kernel: str = "native",
+    ) -> "Linear":
         """q (out, in) ∈ 0..15, scale and offset (out, in/32): w = scale·q + offset."""
         o, i = q.shape
         if i % GROUP:
@@ -118,8 +140,11 @@ class Linear(nn.Module):
         dev = torch.device(device)
         b = None if bias is None else bias.to(dev)
         if kernel == "native":
-            t = {"nib": pack_nibbles(q).to(dev), "scale": scale.float().contiguous().to(dev),
-                 "offset": offset.float().contiguous().to(dev)}
+            t = {
+                "nib": pack_nibbles(q).to(dev),
+                "scale": scale.float().contiguous().to(dev),
+                "offset": offset.float().contiguous().to(dev),
+            }
             return cls("int4", kernel, (o, i), t, b)
         zero = offset + 8 * scale  # the aten kernels compute (q − 8)·scale + zero
         sz = torch.stack([scale.t(), zero.t()], dim=-1).to(torch.bfloat16).contiguous()
@@ -131,16 +156,21 @@ class Linear(nn.Module):
         return cls("int4", "aten", (o, i), {"packed": packed.to(dev), "sz": sz.to(dev)}, b)
 
     @classmethod
-    def from_q8_0(cls, q: torch.Tensor, d: torch.Tensor, device="cpu",
-                  kernel: str = "native") -> "Linear":
+    def from_q8_0(
+        cls, q: torch.Tensor, d: torch.Tensor, device="cpu", kernel: str = "native"
+    ) -> "Linear":
         """GGUF Q8_0 blocks (w = d·q per group of 32) as they are on the native kernel; on
         aten, requantized to int8 per row (what that kernel takes)."""
         if kernel != "native":
             w = (q.view(q.shape[0], -1, GROUP).float() * d[..., None]).view(q.shape)
             return cls.from_float(w, "int8", device=device, kernel="aten")
-        return cls("q8_0", kernel, tuple(q.shape), {"qweight": q.contiguous().to(device),
-                                                    "scales": d.float().contiguous()
-                                                    .to(device)}, None)
+        return cls(
+            "q8_0",
+            kernel,
+            tuple(q.shape),
+            {"qweight": q.contiguous().to(device), "scales": d.float().contiguous().to(device)},
+            None,
+        )
 
     # --- use ----------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -154,8 +184,9 @@ class Linear(nn.Module):
                 y = mod.q8_linear(xf, self.qweight, self.scales)
         elif self.fmt in FLOATS:
             if self.kernel == "onednn":
-                y = torch.ops.mkldnn._linear_pointwise(x2.to(torch.float32), self.weight, None,
-                                                       "none", [], "")
+                y = torch.ops.mkldnn._linear_pointwise(
+                    x2.to(torch.float32), self.weight, None, "none", [], ""
+                )
             else:
                 y = F.linear(x2.to(self.weight.dtype), self.weight)
         elif self.fmt == "int8":
@@ -181,11 +212,13 @@ class Linear(nn.Module):
         if self.kernel == "native":
             if self.fmt == "int4":
                 lo, hi = self.nib & 0x0F, self.nib >> 4
-                q = torch.cat([lo.view(o, i // GROUP, GROUP // 2),
-                               hi.view(o, i // GROUP, GROUP // 2)], -1).float()
+                q = torch.cat(
+                    [lo.view(o, i // GROUP, GROUP // 2), hi.view(o, i // GROUP, GROUP // 2)], -1
+                ).float()
                 return (q * self.scale[..., None] + self.offset[..., None]).view(o, i)
-            return (self.qweight.float().view(o, i // GROUP, GROUP) *
-                    self.scales[..., None]).view(o, i)
+            return (self.qweight.float().view(o, i // GROUP, GROUP) * self.scales[..., None]).view(
+                o, i
+            )
         if self.fmt in FLOATS and self.kernel == "aten":
             return self.weight.float()
         if self.fmt == "int8":
@@ -202,8 +235,11 @@ class Linear(nn.Module):
         n = 0
         for name, t in self.named_buffers():
             if t is not None:
-                n += self.out_features * self.in_features * 4 if t.is_mkldnn else \
-                    t.numel() * t.element_size()
+                n += (
+                    self.out_features * self.in_features * 4
+                    if t.is_mkldnn
+                    else t.numel() * t.element_size()
+                )
         return n
 
     def extra_repr(self) -> str:

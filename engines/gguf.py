@@ -11,6 +11,7 @@ llama.cpp's converter permutes the rows of attn_q / attn_k for its interleaved r
 undo that row permutation (as transformers' GGUF loader does) on the blocks themselves, since
 whole rows move and no block is split.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ GROUP = 32
 @dataclass
 class Q4_1:
     """Asymmetric 4-bit groups: w[o, g·32 + j] = d[o, g] · q[o, g·32 + j] + m[o, g]."""
+
     q: torch.Tensor  # (out, in) uint8, values 0..15
     d: torch.Tensor  # (out, in / 32) float32 (exact f16 values)
     m: torch.Tensor  # (out, in / 32) float32
@@ -41,6 +43,7 @@ class Q4_1:
 @dataclass
 class Q8_0:
     """Symmetric 8-bit groups: w[o, g·32 + j] = d[o, g] · q[o, g·32 + j]."""
+
     q: torch.Tensor  # (out, in) int8
     d: torch.Tensor  # (out, in / 32) float32
 
@@ -59,8 +62,11 @@ def _q4_1(raw: np.ndarray) -> Q4_1:
     m = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
     qs = blocks[..., 4:]
     q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # (rows, groups, 32)
-    return Q4_1(torch.from_numpy(q.reshape(rows, -1).astype(np.uint8)), torch.from_numpy(d),
-                torch.from_numpy(m))
+    return Q4_1(
+        torch.from_numpy(q.reshape(rows, -1).astype(np.uint8)),
+        torch.from_numpy(d),
+        torch.from_numpy(m),
+    )
 
 
 def _q8_0(raw: np.ndarray) -> Q8_0:
@@ -82,8 +88,11 @@ NAMES = {  # GGUF suffix → transformers Llama suffix
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-       "output.weight": "lm_head.weight"}
+TOP = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
 
 
 def hf_name(name: str) -> str:
@@ -126,8 +135,10 @@ def read(path: str | Path) -> tuple[dict, dict]:
         elif kind in ("F32", "F16"):
             w = torch.from_numpy(np.array(raw, dtype=np.float32))  # already (rows, cols)
         else:
-            raise ValueError(f"{path}: tensor {t.name} is {kind}; the lean engine reads F32, "
-                             f"F16, Q4_1 and Q8_0 GGUF tensors (use engine=hf)")
+            raise ValueError(
+                f"{path}: tensor {t.name} is {kind}; the lean engine reads F32, "
+                f"F16, Q4_1 and Q8_0 GGUF tensors (use engine=hf)"
+            )
         name = hf_name(t.name)
         if ".attn_q." in t.name or ".attn_k." in t.name:
             n = heads if ".attn_q." in t.name else kv_heads

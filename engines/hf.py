@@ -3,6 +3,7 @@
 Trees need no patch: a float 4-D `attention_mask` (0 where a row may attend, the dtype's minimum
 elsewhere) plus explicit `position_ids` give each node the logits of decoding its path.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -15,7 +16,7 @@ from engines.cache import HFCache
 
 
 @lru_cache(maxsize=None)
-def _cache_kwarg(model_cls: type) -> str:
+def cache_kwarg(model_cls: type) -> str:
     # transformers 5.24 renamed `past_key_values` to `cache`; accept both spellings.
     params = inspect.signature(model_cls.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
@@ -34,10 +35,14 @@ class HFEngine(Engine):
     def new_cache(self, capacity: int = 0, batch: int = 1) -> HFCache:
         return HFCache()
 
-    def forward(self, ids, cache, positions=None, mask=None, logits_to_keep: int = 0,
-                hidden=()) -> Out:
-        kw = {_cache_kwarg(type(self.model)): cache.dc, "use_cache": True,
-              "logits_to_keep": logits_to_keep}
+    def forward(
+        self, ids, cache, positions=None, mask=None, logits_to_keep: int = 0, hidden=()
+    ) -> Out:
+        kw = {
+            cache_kwarg(type(self.model)): cache.dc,
+            "use_cache": True,
+            "logits_to_keep": logits_to_keep,
+        }
         if positions is not None:
             kw["position_ids"] = positions
         if mask is not None:

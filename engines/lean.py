@@ -14,6 +14,7 @@ then logits = rmsnorm(x) Woutᵀ. The norms and rotary follow transformers' Llam
 float32, cast back before the weight; cos/sin in float32 cast to the activation dtype), so in
 float32 the logits match engine=hf to rounding (tests/test_engines.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -46,15 +47,18 @@ def check_supported(config) -> None:
     """Raise ValueError naming engine=hf for an architecture the lean forward does not cover."""
     mt = getattr(config, "model_type", None)
     if mt not in SUPPORTED:
-        raise ValueError(f"engine=lean supports {', '.join(SUPPORTED)} models, not "
-                         f"model_type={mt!r}; use engine=hf")
-    rope = (getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
-            or {})
-    kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else \
-        "default"
+        raise ValueError(
+            f"engine=lean supports {', '.join(SUPPORTED)} models, not "
+            f"model_type={mt!r}; use engine=hf"
+        )
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    kind = (
+        rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    )
     if kind not in STATIC_ROPE:
-        raise ValueError(f"engine=lean supports rope types {', '.join(STATIC_ROPE)}, not "
-                         f"{kind!r}; use engine=hf")
+        raise ValueError(
+            f"engine=lean supports rope types {', '.join(STATIC_ROPE)}, not {kind!r}; use engine=hf"
+        )
     if getattr(config, "mlp_bias", False) or getattr(config, "hidden_act", "silu") != "silu":
         raise ValueError("engine=lean needs a bias-free SiLU MLP; use engine=hf")
 
@@ -83,8 +87,19 @@ class Rotary:
 
 
 class Block(nn.Module):
-    def __init__(self, wqkv: Linear, wo: Linear, wgu: Linear, wd: Linear, norm_in, norm_post,
-                 heads: int, kv_heads: int, head_dim: int, eps: float):
+    def __init__(
+        self,
+        wqkv: Linear,
+        wo: Linear,
+        wgu: Linear,
+        wd: Linear,
+        norm_in,
+        norm_post,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        eps: float,
+    ):
         super().__init__()
         self.wqkv, self.wo, self.wgu, self.wd = wqkv, wo, wgu, wd
         self.register_buffer("norm_in", norm_in, persistent=False)
@@ -107,8 +122,13 @@ class Block(nn.Module):
         v = qkv[..., (nh + nkv) * hd :].view(B, n, nkv, hd).transpose(1, 2)
         kc[:, :, start : start + n] = k
         vc[:, :, start : start + n] = v
-        o = F.scaled_dot_product_attention(q, kc[:, :, : start + n], vc[:, :, : start + n],
-                                           attn_mask=mask, enable_gqa=self.nh != self.nkv)
+        o = F.scaled_dot_product_attention(
+            q,
+            kc[:, :, : start + n],
+            vc[:, :, : start + n],
+            attn_mask=mask,
+            enable_gqa=self.nh != self.nkv,
+        )
         x = x + self.wo(o.transpose(1, 2).reshape(B, n, self.nh * self.hd))
         g, u = self.wgu(rms_norm(x, self.norm_post, self.eps)).chunk(2, dim=-1)
         return x + self.wd(F.silu(g) * u)
@@ -121,14 +141,17 @@ class Block(nn.Module):
         xs = x[0]  # (n, H), the residual stream
         qkv = self.wqkv(nat.rms_norm(xs, self.norm_in, self.eps))  # (n, (nh + 2 nkv) hd)
         nat.rope_(qkv, nh + nkv, hd, cos[0], sin[0])
-        kc[0, :, start : start + n] = qkv[:, nh * hd : (nh + nkv) * hd].view(n, nkv, hd) \
-            .transpose(0, 1)
+        kc[0, :, start : start + n] = (
+            qkv[:, nh * hd : (nh + nkv) * hd].view(n, nkv, hd).transpose(0, 1)
+        )
         vc[0, :, start : start + n] = qkv[:, (nh + nkv) * hd :].view(n, nkv, hd).transpose(0, 1)
         q = qkv[:, : nh * hd].view(1, n, nh, hd).transpose(1, 2)
-        o = F.scaled_dot_product_attention(q, kc[:, :, : start + n], vc[:, :, : start + n],
-                                           attn_mask=mask, enable_gqa=nh != nkv)
-        h = nat.add_rms_norm_(xs, self.wo(o.transpose(1, 2).reshape(n, nh * hd)),
-                              self.norm_post, self.eps)
+        o = F.scaled_dot_product_attention(
+            q, kc[:, :, : start + n], vc[:, :, : start + n], attn_mask=mask, enable_gqa=nh != nkv
+        )
+        h = nat.add_rms_norm_(
+            xs, self.wo(o.transpose(1, 2).reshape(n, nh * hd)), self.norm_post, self.eps
+        )
         g, u = self.wgu(h).chunk(2, dim=-1)
         xs.add_(self.wd(F.silu(g) * u))
         return x
@@ -144,8 +167,16 @@ def native_ops(x: torch.Tensor):
 
 
 class LeanModel(nn.Module):
-    def __init__(self, config, blocks: list[Block], embed: torch.Tensor, norm: torch.Tensor,
-                 output: Linear, dtype: torch.dtype, device):
+    def __init__(
+        self,
+        config,
+        blocks: list[Block],
+        embed: torch.Tensor,
+        norm: torch.Tensor,
+        output: Linear,
+        dtype: torch.dtype,
+        device,
+    ):
         super().__init__()
         self.config = config
         self.layers = nn.ModuleList(blocks)
@@ -186,22 +217,33 @@ class LeanEngine(Engine):
         c = model.config
         self.kv_heads = int(c.num_key_value_heads)
         self.head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads)
-        self.window = getattr(c, "sliding_window", None) if getattr(c, "use_sliding_window",
-                                                                     True) else None
+        self.window = (
+            getattr(c, "sliding_window", None) if getattr(c, "use_sliding_window", True) else None
+        )
         self.run = self.model  # the forward; compile() swaps in a compiled one
         self.compiled = False
 
     def new_cache(self, capacity: int, batch: int = 1) -> StaticCache:
-        return StaticCache(self.num_layers, batch, self.kv_heads, max(capacity, 16),
-                           self.head_dim, self.dtype, self.device)
+        return StaticCache(
+            self.num_layers,
+            batch,
+            self.kv_heads,
+            max(capacity, 16),
+            self.head_dim,
+            self.dtype,
+            self.device,
+        )
 
-    def forward(self, ids, cache, positions=None, mask=None, logits_to_keep: int = 0,
-                hidden=()) -> Out:
+    def forward(
+        self, ids, cache, positions=None, mask=None, logits_to_keep: int = 0, hidden=()
+    ) -> Out:
         B, n = ids.shape
         start = cache.length
         if self.window and start + n > self.window:
-            raise ValueError(f"engine=lean does not implement sliding-window attention past "
-                             f"{self.window} positions; use engine=hf")
+            raise ValueError(
+                f"engine=lean does not implement sliding-window attention past "
+                f"{self.window} positions; use engine=hf"
+            )
         cache.reserve(start + n)
         if positions is None:
             positions = torch.arange(start, start + n, device=ids.device).expand(B, n)
@@ -252,8 +294,11 @@ class LeanEngine(Engine):
     def weight_bytes(self) -> int:
         n = sum(m.nbytes() for m in self.model.modules() if isinstance(m, Linear))
         n += self.model.embed.numel() * self.model.embed.element_size()
-        n += sum(b.numel() * b.element_size() for blk in self.model.layers
-                 for b in (blk.norm_in, blk.norm_post))
+        n += sum(
+            b.numel() * b.element_size()
+            for blk in self.model.layers
+            for b in (blk.norm_in, blk.norm_post)
+        )
         return n
 
     def step_weight_bytes(self) -> int:
@@ -262,7 +307,13 @@ class LeanEngine(Engine):
         return sum(m.nbytes() for m in self.model.modules() if isinstance(m, Linear))
 
     def describe(self) -> dict:
-        kernels = sorted({f"{m.fmt}:{m.kernel}" for m in self.model.modules()
-                          if isinstance(m, Linear)})
-        return {**super().describe(), "kernels": kernels, "source": self.source,
-                "output_layer": self.model.output.fmt, "compiled": self.compiled}
+        kernels = sorted(
+            {f"{m.fmt}:{m.kernel}" for m in self.model.modules() if isinstance(m, Linear)}
+        )
+        return {
+            **super().describe(),
+            "kernels": kernels,
+            "source": self.source,
+            "output_layer": self.model.output.fmt,
+            "compiled": self.compiled,
+        }

@@ -16,6 +16,7 @@
 Every choice and the timings behind it are returned as `choice` and land in env.json,
 config.yaml and the summary rows.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,24 +24,14 @@ from pathlib import Path
 
 import torch
 
-from bench.errors import UserError
+from engines.cpu import cpu_flags
 from engines.formats import FLOATS, FORMATS, Linear
+from groundfloor.errors import UserError
 
 ENGINES = ("auto", "hf", "lean")
 WEIGHTS = ("auto",) + FORMATS
 DTYPES = ("auto",) + tuple(FLOATS)
 KERNELS = ("auto", "aten", "onednn", "native")
-
-
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def native_dtypes(device: torch.device) -> list[str]:
@@ -64,7 +55,7 @@ class Source:
     """Where a model's tensors come from: a transformers directory, maybe a GGUF file too."""
 
     def __init__(self, spec: str):
-        from bench.models import embedded_gguf, resolve_path
+        from groundfloor.models import embedded_gguf, resolve_path
 
         self.spec = spec
         self.dir = resolve_path(spec)
@@ -80,9 +71,11 @@ class Source:
                 self._config = AutoConfig.from_pretrained(self.dir)
             except (OSError, ValueError) as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise UserError(f"cannot load model {self.spec!r}: {first} (give an "
-                                f"embedded:NAME, a Hugging Face id reachable online or in the "
-                                f"local cache, or a directory)")
+                raise UserError(
+                    f"cannot load model {self.spec!r}: {first} (give an "
+                    f"embedded:NAME, a Hugging Face id reachable online or in the "
+                    f"local cache, or a directory)"
+                )
         return self._config
 
     def local_dir(self) -> Path:
@@ -91,8 +84,9 @@ class Source:
             return p
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(self.dir, allow_patterns=["*.json", "*.safetensors",
-                                                               "*.bin"]))
+        return Path(
+            snapshot_download(self.dir, allow_patterns=["*.json", "*.safetensors", "*.bin"])
+        )
 
 
 def resolve_engine(source: Source, engine: str) -> tuple[str, str]:
@@ -114,22 +108,28 @@ def resolve_weights(source: Source, engine: str, weights: str, dtype: str) -> tu
     _check(weights, WEIGHTS, "model.weights")
     if engine == "hf":
         if weights not in ("auto", dtype):
-            raise UserError(f"model.weights={weights!r} needs engine=lean (engine=hf runs the "
-                            f"checkpoint unquantized in model.dtype={dtype})")
+            raise UserError(
+                f"model.weights={weights!r} needs engine=lean (engine=hf runs the "
+                f"checkpoint unquantized in model.dtype={dtype})"
+            )
         return dtype, "engine=hf runs the checkpoint in model.dtype"
     if weights != "auto":
         return weights, "asked for"
     if source.gguf is not None:
-        return "int4", "auto: the checkpoint ships as GGUF Q4_1 blocks, which the int4 kernel " \
-                       "runs as they are"
+        return (
+            "int4",
+            "auto: the checkpoint ships as GGUF Q4_1 blocks, which the int4 kernel "
+            "runs as they are",
+        )
     return dtype, "auto: the checkpoint's weights, unquantized in the activation dtype"
 
 
 def build_engine(source: Source, engine: str, weights: str, dtype: str, device, kernel="aten"):
     tdtype = FLOATS[dtype]
     if engine == "hf":
-        from engines.hf import HFEngine
         from transformers import AutoModelForCausalLM
+
+        from engines.hf import HFEngine
 
         try:
             model = AutoModelForCausalLM.from_pretrained(source.dir, dtype=tdtype)
@@ -158,27 +158,32 @@ def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[st
     _check(kernel, KERNELS, "model.kernel")
     cpu = torch.device(device).type == "cpu"
     if kernel == "onednn" and not (cpu and weights == "float32"):
-        raise UserError(f"model.kernel=onednn runs float32 weights on a CPU, not "
-                        f"{weights} on {torch.device(device).type}; use model.kernel=auto")
+        raise UserError(
+            f"model.kernel=onednn runs float32 weights on a CPU, not "
+            f"{weights} on {torch.device(device).type}; use model.kernel=auto"
+        )
     if kernel == "native":
         if not (cpu and weights in ("int8", "int4")):
-            raise UserError(f"model.kernel=native runs int8/int4 weights on a CPU, not "
-                            f"{weights} on {torch.device(device).type}; use model.kernel=auto")
+            raise UserError(
+                f"model.kernel=native runs int8/int4 weights on a CPU, not "
+                f"{weights} on {torch.device(device).type}; use model.kernel=auto"
+            )
         mod, why = kernels()
         if mod is None:
-            raise UserError(f"model.kernel=native: the native kernels {why}; use "
-                            f"model.kernel=aten")
+            raise UserError(f"model.kernel=native: the native kernels {why}; use model.kernel=aten")
     if kernel != "auto":
         return kernel, {"reason": "asked for"}
     if cpu and weights in ("int8", "int4"):
         mod, why = kernels()
         if mod is not None:
-            return "native", {"reason": f"auto: our block kernels ({why}; float32 activations, "
-                                        f"exact scales)"}
+            return "native", {
+                "reason": f"auto: our block kernels ({why}; float32 activations, exact scales)"
+            }
         return "aten", {"reason": f"auto: the native kernels {why}"}
     if weights != "float32" or not cpu:
-        return "aten", {"reason": "auto: torch's kernels (no alternative for these weights "
-                                  "on this device)"}
+        return "aten", {
+            "reason": "auto: torch's kernels (no alternative for these weights on this device)"
+        }
     c = source.config
     H, I = int(c.hidden_size), int(c.intermediate_size)
     hd = int(getattr(c, "head_dim", None) or H // c.num_attention_heads)
@@ -193,8 +198,10 @@ def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[st
             times[f"{k}_error"] = first
     ok = {k: v for k, v in times.items() if isinstance(v, float)}
     best = min(ok, key=ok.get)
-    return best, {"reason": "timed: projection shapes at 1 and 8 rows",
-                  "seconds": {k: round(v, 5) for k, v in ok.items()}}
+    return best, {
+        "reason": "timed: projection shapes at 1 and 8 rows",
+        "seconds": {k: round(v, 5) for k, v in ok.items()},
+    }
 
 
 def _time_kernel(kernel: str, shapes) -> float:
@@ -213,10 +220,13 @@ def choose_dtype(source: Source, engine: str, weights: str, dtype: str, device, 
     if device.type == "cuda":
         return "bfloat16", {"reason": "auto: bfloat16 on a GPU"}
     if len(cands) == 1:
-        flags = sorted(cpu_flags() & {"avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16",
-                                       "avx512f", "avx2"})
-        return cands[0], {"reason": f"auto: the only dtype this CPU computes natively "
-                                    f"(flags: {' '.join(flags) or 'none'})"}
+        flags = sorted(
+            cpu_flags() & {"avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16", "avx512f", "avx2"}
+        )
+        return cands[0], {
+            "reason": f"auto: the only dtype this CPU computes natively "
+            f"(flags: {' '.join(flags) or 'none'})"
+        }
     from engines.probe import step_costs
 
     timed = {}
@@ -225,33 +235,57 @@ def choose_dtype(source: Source, engine: str, weights: str, dtype: str, device, 
         k = choose_kernel(source, w, device, kernel)[0] if engine == "lean" else "aten"
         eng = build_engine(source, engine, w, d, device, k)
         c = step_costs(eng, sizes=(1, 8), context=64, repeats=3)
-        timed[d] = {"c1_ms": round(c[1] * 1e3, 2), "c8_ms": round(c[8] * 1e3, 2),
-                    "score": math.sqrt(c[1] * c[8])}
+        timed[d] = {
+            "c1_ms": round(c[1] * 1e3, 2),
+            "c8_ms": round(c[8] * 1e3, 2),
+            "score": math.sqrt(c[1] * c[8]),
+        }
         del eng
     best = min(timed, key=lambda d: timed[d]["score"])
-    return best, {"reason": "auto: timed one-token and 8-token forwards; smallest geometric "
-                            "mean", "timed": timed}
+    return best, {
+        "reason": "auto: timed one-token and 8-token forwards; smallest geometric mean",
+        "timed": timed,
+    }
 
 
-def load(spec: str, device, engine: str = "auto", weights: str = "auto", dtype: str = "auto",
-         kernel: str = "auto", compile: bool = False):
+def load(
+    spec: str,
+    device,
+    engine: str = "auto",
+    weights: str = "auto",
+    dtype: str = "auto",
+    kernel: str = "auto",
+    compile: bool = False,
+):
     """(engine object, choice): `choice` records what was resolved and why."""
     source = Source(spec)
     device = torch.device(device)
     eng_name, eng_why = resolve_engine(source, engine)
     dt, dt_why = choose_dtype(source, eng_name, weights, dtype, device, kernel)
     w, w_why = resolve_weights(source, eng_name, weights, dt)
-    k, k_why = choose_kernel(source, w, device, kernel) if eng_name == "lean" else \
-        ("transformers", {"reason": "engine=hf"})
+    k, k_why = (
+        choose_kernel(source, w, device, kernel)
+        if eng_name == "lean"
+        else ("transformers", {"reason": "engine=hf"})
+    )
     eng = build_engine(source, eng_name, w, dt, device, k)
     if compile:
         if eng_name != "lean":
-            raise UserError("model.compile=true needs engine=lean (engine=hf runs transformers "
-                            "as is)")
+            raise UserError(
+                "model.compile=true needs engine=lean (engine=hf runs transformers as is)"
+            )
         eng.compile()
-    choice = {"engine": eng_name, "engine_reason": eng_why, "weights": w, "weights_reason": w_why,
-              "dtype": dt, "dtype_probe": dt_why, "kernel": k, "kernel_probe": k_why,
-              **eng.describe()}
+    choice = {
+        "engine": eng_name,
+        "engine_reason": eng_why,
+        "weights": w,
+        "weights_reason": w_why,
+        "dtype": dt,
+        "dtype_probe": dt_why,
+        "kernel": k,
+        "kernel_probe": k_why,
+        **eng.describe(),
+    }
     return eng, choice
 
 

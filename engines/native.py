@@ -4,22 +4,23 @@ products and the per-row layer ops of the lean forward (norm, rotary, attention,
     mod, why = native.kernels()      # the compiled module, or None and the reason
 
 The source is compiled once per machine kind by torch's C++ extension loader (a minute on two
-cores) into $SPECSWEEP_KERNELS (default ~/.cache/specsweep-kernels) and reused afterwards. With AVX2 and FMA it is built
-vectorized; otherwise as portable C++. Where no compiler is available the engine falls back to
-torch's own int4/int8 kernels, and says so in `describe()`.
+cores) into $SPECSWEEP_KERNELS (default ~/.cache/specsweep-kernels) and reused afterwards.
+With AVX2 and FMA it is built vectorized; otherwise as portable C++. Where no compiler is
+available the engine falls back to torch's own int4/int8 kernels, and says so in `describe()`.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from engines.cpu import cpu_flags
 
 SOURCE = Path(__file__).parent / "kernels" / "cpu.cpp"
 _STATE: dict = {}
 
 
 def _flags() -> tuple[str, list[str]]:
-    from engines.load import cpu_flags
-
     if {"avx2", "fma"} <= cpu_flags():
         return "avx2", ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
     return "portable", ["-O3", "-fopenmp"]
@@ -37,12 +38,19 @@ def kernels():
         from torch.utils.cpp_extension import load
 
         # its own folder, not under $SPECSWEEP_CACHE (tests point that at temporary folders)
-        build = Path(os.environ.get("SPECSWEEP_KERNELS",
-                                    Path.home() / ".cache" / "specsweep-kernels")) / kind
+        build = (
+            Path(os.environ.get("SPECSWEEP_KERNELS", Path.home() / ".cache" / "specsweep-kernels"))
+            / kind
+        )
         build.mkdir(parents=True, exist_ok=True)
-        mod = load(name=f"specsweep_cpu_{kind}", sources=[str(SOURCE)],
-                   extra_cflags=cflags, extra_ldflags=["-fopenmp"],
-                   build_directory=str(build), verbose=False)
+        mod = load(
+            name=f"specsweep_cpu_{kind}",
+            sources=[str(SOURCE)],
+            extra_cflags=cflags,
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(build),
+            verbose=False,
+        )
         _STATE.update(mod=mod, why=f"built {kind}")
     except Exception as e:  # no compiler, no headers: torch's kernels remain
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

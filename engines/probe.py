@@ -1,10 +1,11 @@
 """Timed probes of an engine on the machine at hand: the cost curve c(q) and kernel choices.
 
 c(q) is the time of one forward over q new tokens after `context` cached tokens (median of
-`repeats` after a warm-up), timed with bench.clock's one clock. c(q)/c(1) is what a verify of
+`repeats` after a warm-up), timed with groundfloor.clock's one clock. c(q)/c(1) is what a verify of
 q − 1 drafted tokens costs relative to plain decoding: the number that decides whether a draft
 of a given size can pay. Results are cached per engine object, so a run times it once.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -20,7 +21,7 @@ _CURVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 @torch.inference_mode()
 def step_costs(engine, sizes=SIZES, context: int = 128, repeats: int = 3) -> dict:
     """{q: median seconds of one forward over q new tokens after `context` cached tokens}."""
-    from bench.clock import Clock
+    from groundfloor.clock import Clock
 
     vocab = engine.vocab_size
     dev = engine.device

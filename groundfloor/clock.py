@@ -4,6 +4,7 @@ On CUDA each phase is bracketed by CUDA events and read after one synchronize at
 the CPU by `time.perf_counter_ns`. Work is synchronous there, so no fence is needed. A method never
 touches the clock: the decode loop wraps its calls.
 """
+
 from __future__ import annotations
 
 import time

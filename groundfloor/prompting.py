@@ -3,6 +3,7 @@ that stop a turn, and the seed of each sampled unit.
 
     ids = encode(tokenizer, [{"role": "user", "content": "Hi"}], use_template=True)
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -11,9 +11,10 @@ rule of Leviathan et al. / Chen et al. for a chain of drafted tokens x_1..x_m:
 A drafter without a distribution (n-gram lookup) is a point mass q = onehot(x): the rule becomes
 "accept with probability p(x), else resample from p with x removed". Either way each emitted token
 has marginal p exactly: P(y) = min(p, q)(y) + (1 − Σ min(p, q)) · norm(p − q)+(y) = p(y).
-Trees (several candidates per position) use the same `residual` in `bench.tree`; the rules, their
-proofs and the statistical tests that guard them are in docs/sampling.md.
+Trees (several candidates per position) use the same `residual` in `groundfloor.tree`; the rules,
+their proofs and the statistical tests that guard them are in docs/sampling.md.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -71,8 +72,9 @@ def accept_greedy(logits: torch.Tensor, draft: torch.Tensor) -> tuple[int, int]:
     return n, int(target[n])
 
 
-def accept_chain(p: torch.Tensor, draft: torch.Tensor, q: torch.Tensor | None,
-                 generator: torch.Generator | None) -> tuple[int, int]:
+def accept_chain(
+    p: torch.Tensor, draft: torch.Tensor, q: torch.Tensor | None, generator: torch.Generator | None
+) -> tuple[int, int]:
     """Speculative sampling over a chain.
 
     p (m+1, V): target probabilities at [last, x_1..x_m]; draft (m,); q (m, V) draft probabilities,

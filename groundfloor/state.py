@@ -5,12 +5,14 @@ target cache holds K/V for `ids[:length - 1]`; the last committed token is still
 together with the next draft, in the next verify forward. Method-private state (a draft model's
 cache, hidden states) lives in `aux`, never on a model object.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
-from bench.sampling import SamplingParams
+
+from groundfloor.sampling import SamplingParams
 
 
 @dataclass
@@ -42,9 +44,22 @@ class DecodeState:
         self.length += n
 
     @classmethod
-    def start(cls, prompt_ids: list[int], capacity: int, device, sampling: SamplingParams,
-              generator, cache) -> "DecodeState":
+    def start(
+        cls,
+        prompt_ids: list[int],
+        capacity: int,
+        device,
+        sampling: SamplingParams,
+        generator,
+        cache,
+    ) -> "DecodeState":
         ids = torch.empty(max(capacity, len(prompt_ids) + 1), dtype=torch.long, device=device)
         ids[: len(prompt_ids)] = torch.tensor(prompt_ids, dtype=torch.long)
-        return cls(ids=ids, length=len(prompt_ids), n_prompt=len(prompt_ids), cache=cache,
-                   sampling=sampling, generator=generator)
+        return cls(
+            ids=ids,
+            length=len(prompt_ids),
+            n_prompt=len(prompt_ids),
+            cache=cache,
+            sampling=sampling,
+            generator=generator,
+        )

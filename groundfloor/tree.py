@@ -3,7 +3,7 @@
 Numbering (used everywhere, never converted): a drafted tree hangs below the root, the last
 committed token; its N nodes are listed parents first, node i has `parents[i] < i`, or −1 when
 it is a child of the root. A verify forward's rows are [root, node 0, .., node N−1]: node i is
-row i + 1 (bench.treeverify).
+row i + 1 (methods.treeverify).
 
 `TreeLayout` is a shape (parents, depths, the ancestor matrix behind the attention mask);
 `Tree` is a drafted tree (a shape's parents, its tokens, and — when the drafter sampled them —
@@ -26,13 +26,14 @@ min(r, s_c)(y) + Σ(r − s_c)+ · norm((r − s_c)+)(y) = r(y), and by inductio
 position emits exactly p; accepted tokens condition the next position as decoding would.
 Siblings must be listed exactly as drawn (duplicates of i.i.d. draws kept, draw order kept).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from bench.sampling import SamplingParams, point_mass, probs, residual, sample
+from groundfloor.sampling import SamplingParams, point_mass, probs, residual, sample
 
 
 def children_of(parents) -> list[list[int]]:
@@ -46,6 +47,7 @@ def children_of(parents) -> list[list[int]]:
 @dataclass(frozen=True)
 class TreeLayout:
     """The shape of a tree, independent of its tokens."""
+
     parents: tuple[int, ...]  # (N,) parent node index; −1: child of the root
     depth: torch.Tensor  # (N+1,) long, per verify row: root 0, node i at row i + 1
     ancestors: torch.Tensor  # (N+1, N+1) bool, rows as above: [i, j] = j is i or above i
@@ -69,8 +71,9 @@ class TreeLayout:
         depth = [0]
         for i, a in enumerate(parents):
             if not -1 <= a < i:
-                raise ValueError(f"tree node {i} has parent {a}: parents must come first "
-                                 f"(−1 <= parents[i] < i)")
+                raise ValueError(
+                    f"tree node {i} has parent {a}: parents must come first (−1 <= parents[i] < i)"
+                )
             above.append(above[a + 1] + [i + 1])
             depth.append(depth[a + 1] + 1)
         anc = torch.zeros(n + 1, n + 1, dtype=torch.bool)
@@ -97,6 +100,7 @@ class TreeLayout:
 @dataclass
 class Tree:
     """A drafted token tree in topological order (every parent before its children)."""
+
     parents: list[int]  # (n,) parent node index; −1: child of the root
     tokens: torch.Tensor  # (n,) long
     q: torch.Tensor | None = None  # (n, V) what each token was drawn from; None: point masses
@@ -146,8 +150,9 @@ def parents_from_paths(paths: list[tuple[int, ...]]) -> tuple[list[tuple[int, ..
     return order, parents
 
 
-def accept_tree(p: torch.Tensor, tree: Tree,
-                generator: torch.Generator | None) -> tuple[list[int], int]:
+def accept_tree(
+    p: torch.Tensor, tree: Tree, generator: torch.Generator | None
+) -> tuple[list[int], int]:
     """Recursive rejection sampling. p (n+1, V) target probabilities, row 0 the root.
 
     → (accepted path as node indices from the root down, the token emitted after it).
@@ -202,8 +207,9 @@ def accept_tree_greedy(scores: torch.Tensor, tree: Tree) -> tuple[list[int], int
         row = nxt + 1
 
 
-def accept(logits: torch.Tensor, tree: Tree, sampling: SamplingParams,
-           generator: torch.Generator | None) -> tuple[list[int], int]:
+def accept(
+    logits: torch.Tensor, tree: Tree, sampling: SamplingParams, generator: torch.Generator | None
+) -> tuple[list[int], int]:
     """The tree rule for a run's sampling: greedy at T = 0, recursive rejection otherwise.
     logits (n+1, V), row 0 the root → (accepted path as node indices, the token after it)."""
     if sampling.greedy:

@@ -2,6 +2,7 @@
 
 A round drafts nothing and verifies one token, so τ = 1 by construction.
 """
+
 from methods.base import Method
 
 

@@ -6,34 +6,38 @@ and never decides when generation stops; after the last round it calls `finish` 
 a method may update state it keeps across turns. The defaults here implement chain speculation
 against the target; a drafter overrides `draft` (and `prefill`/`accept` if it keeps state).
 A tree method subclasses `TreeMethod`: its `draft` returns a `TreeProposal`, and the one shared
-verify (bench.treeverify) and accept (bench.tree.accept) do the rest; `after_accept` lets it
+verify (methods.treeverify) and accept (groundfloor.tree.accept) do the rest; `after_accept` lets it
 read the verify forward (hidden states, logits) for its drafter. Sampling rules and their
 proofs: docs/sampling.md.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
 
-from bench.sampling import accept_chain, accept_greedy, next_token, probs
-from bench.state import DecodeState
-from bench.tree import Tree, TreeLayout, accept as accept_tree
-from bench.treeverify import keep_path, verify_tree
+from groundfloor.sampling import accept_chain, accept_greedy, next_token, probs
+from groundfloor.state import DecodeState
+from groundfloor.tree import Tree, TreeLayout
+from groundfloor.tree import accept as accept_tree
+from methods.treeverify import keep_path, verify_tree
 
 
 @dataclass
 class Proposal:
     """Drafted continuation of the committed tokens: a chain x_1..x_m (m may be 0)."""
+
     tokens: torch.Tensor  # (m,) long
     q: torch.Tensor | None = None  # (m, V) draft probabilities at T > 0; None: point masses
 
 
 @dataclass
 class TreeProposal(Proposal):
-    """Drafted tree: tokens[i] is node i of `layout` (bench.tree's numbering). Only the first
+    """Drafted tree: tokens[i] is node i of `layout` (groundfloor.tree's numbering). Only the first
     `n_draft` nodes (default: all) are a draft; later ones ride along in the verify forward
     without ever being accepted (lookahead's Jacobi window)."""
+
     layout: TreeLayout | None = None
     n_draft: int | None = None
 
@@ -58,7 +62,7 @@ class Method:
     lossless = True
 
     def __init__(self, cfg, ctx):
-        """cfg: this method's config node; ctx: bench.runner.Context (target engine, tokenizer,
+        """cfg: this method's config node; ctx: methods.registry.Context (target engine, tokenizer,
         device…)."""
         self.cfg = cfg
         self.ctx = ctx
@@ -67,7 +71,7 @@ class Method:
     def need(self, ok: bool, knob: str, value, valid: str) -> None:
         """One clear line for a bad knob: the knob, its value, what would be valid."""
         if not ok:
-            from bench.errors import UserError
+            from groundfloor.errors import UserError
 
             raise UserError(f"method.{knob}={value!r} is not valid for {self.name}; {valid}")
 
@@ -116,12 +120,14 @@ class Method:
         if state.sampling.greedy:
             n, nxt = accept_greedy(logits, proposal.tokens)
         else:
-            n, nxt = accept_chain(probs(logits, state.sampling), proposal.tokens, proposal.q,
-                                  state.generator)
+            n, nxt = accept_chain(
+                probs(logits, state.sampling), proposal.tokens, proposal.q, state.generator
+            )
         # cache now holds ids[:length-1] + last + x_1..x_m; keep last + x_1..x_n
         state.cache.crop(state.length + n)
-        return Accepted(tokens=proposal.tokens[:n].tolist() + [nxt], n_draft_accepted=n,
-                        drafted=m, depth=m)
+        return Accepted(
+            tokens=proposal.tokens[:n].tolist() + [nxt], n_draft_accepted=n, drafted=m, depth=m
+        )
 
 
 class TreeMethod(Method):
@@ -134,22 +140,38 @@ class TreeMethod(Method):
         """method.draft_vocab, checked: how many of the most frequent tokens the drafter scores
         (an integer >= 1), or None for the full vocabulary."""
         n = self.cfg.get("draft_vocab")
-        self.need(n is None or int(n) >= 1, "draft_vocab", n,
-                  "use an integer >= 1 or null (the full vocabulary)")
+        self.need(
+            n is None or int(n) >= 1,
+            "draft_vocab",
+            n,
+            "use an integer >= 1 or null (the full vocabulary)",
+        )
         return n
 
     def verify(self, state: DecodeState, proposal: TreeProposal):
         """→ (logits (N+1, V): row 0 the root, row i + 1 node i; hidden states asked for)."""
-        out = verify_tree(self.target, state.last, proposal.tokens, proposal.layout, state.cache,
-                          hidden=self.hidden_layers)
+        out = verify_tree(
+            self.target,
+            state.last,
+            proposal.tokens,
+            proposal.layout,
+            state.cache,
+            hidden=self.hidden_layers,
+        )
         return out.logits[0], out.hidden
 
     def accept_path(self, state: DecodeState, tree: Tree, logits: torch.Tensor):
         """(accepted nodes from the root down, the token after them); the lossless tree rule."""
         return accept_tree(logits, tree, state.sampling, state.generator)
 
-    def after_accept(self, state: DecodeState, proposal: TreeProposal, nodes: list[int],
-                     logits: torch.Tensor, hidden: dict) -> None:
+    def after_accept(
+        self,
+        state: DecodeState,
+        proposal: TreeProposal,
+        nodes: list[int],
+        logits: torch.Tensor,
+        hidden: dict,
+    ) -> None:
         """Read the verify forward for the drafter (before the accepted tokens are appended)."""
 
     def accept(self, state: DecodeState, proposal: TreeProposal, verified) -> Accepted:
@@ -161,5 +183,9 @@ class TreeMethod(Method):
         keep_path(state.cache, state.length - 1, nodes)
         self.after_accept(state, proposal, nodes, logits, hidden)
         depth = int(proposal.layout.depth[1 : n + 1].max()) if n else 0
-        return Accepted(tokens=[int(proposal.tokens[j]) for j in nodes] + [nxt],
-                        n_draft_accepted=len(nodes), drafted=n, depth=depth)
+        return Accepted(
+            tokens=[int(proposal.tokens[j]) for j in nodes] + [nxt],
+            n_draft_accepted=len(nodes),
+            drafted=n,
+            depth=depth,
+        )

@@ -6,6 +6,7 @@ dozens of tokens. The automatic budget picks the largest n with c(n) â‰¤ ratio Â
 cost at most `ratio` times a plain decoding step. The curve and the choice are reported with
 the run.
 """
+
 from __future__ import annotations
 
 from engines.probe import curve

@@ -7,16 +7,17 @@ one forward at a time, sampling from q = probs(draft logits) with the target's s
 The draft runs on the target's engine kind and activation dtype (engines/); our distilled drafts
 score a reduced vocabulary, mapped to target ids by their `d2t`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
 
-from bench.errors import UserError
-from bench.models import check_same_vocab, load_tokenizer, resolve_path
-from bench.sampling import probs, sample
 from drafters import draftmodel
+from groundfloor.errors import UserError
+from groundfloor.models import check_same_vocab, load_tokenizer, resolve_path
+from groundfloor.sampling import probs, sample
 from methods.base import Accepted, Method, Proposal
 
 
@@ -28,7 +29,9 @@ class Draft(Method):
         self.k = self.chain_k()
         path = cfg.get("model") or ctx.model_cfg.get("draft")
         if not path:
-            raise UserError("method=draft needs a draft model: set model.draft=<HF id or directory>")
+            raise UserError(
+                "method=draft needs a draft model: set model.draft=<HF id or directory>"
+            )
         local = Path(resolve_path(str(path)))
         if draftmodel.is_distilled(local):  # our distilled format: shares the target's embeddings
             self.model, self.d2t = draftmodel.load_engine(local, ctx.target)
@@ -36,10 +39,12 @@ class Draft(Method):
             from engines.load import load
 
             dtype = str(ctx.target.dtype).removeprefix("torch.")
-            self.model, _ = load(str(path), ctx.device, engine=ctx.target.name, dtype=dtype,
-                                 kernel="aten")
-            check_same_vocab(ctx.tokenizer, load_tokenizer(str(path)), ctx.target, self.model,
-                             str(path))
+            self.model, _ = load(
+                str(path), ctx.device, engine=ctx.target.name, dtype=dtype, kernel="aten"
+            )
+            check_same_vocab(
+                ctx.tokenizer, load_tokenizer(str(path)), ctx.target, self.model, str(path)
+            )
             self.d2t = None
         self.vocab = ctx.target.vocab_size
 
@@ -72,7 +77,7 @@ class Draft(Method):
 
     def draft(self, state) -> Proposal:
         cache = state.aux["draft_cache"]
-        inp = state.tokens[cache.length:][None]  # committed tokens the draft has not consumed
+        inp = state.tokens[cache.length :][None]  # committed tokens the draft has not consumed
         sp, drafted, qs = state.sampling, [], []
         for _ in range(self.k):
             out = self.model.forward(inp, cache, logits_to_keep=1)

@@ -9,26 +9,28 @@ target feature is known (committed tokens except the last). Per round:
      cumulative draft log-probability; the `top_k` best new nodes form the next frontier;
   3. the `total_tokens` best-scored nodes of all drafted ones form the tree (a child never
      outscores its parent, so the choice is prefix-closed); the head's tree entries are dropped.
-The target verifies the tree (methods.base.TreeMethod: bench.treeverify, bench.tree); greedy
+The target verifies the tree (methods.base.TreeMethod: methods.treeverify, groundfloor.tree); greedy
 follows the argmax path, T > 0 uses the tree rule with the candidates as point masses (lossless:
 the tree depends only on the draft). The verify forward's features of the root and the accepted
 path join the head's pending input; they accumulate over rounds another drafter verified
 (`sam` with `fallback: eagle`).
-`total_tokens: auto` picks the node budget from timed target forwards (bench.budget).
+`total_tokens: auto` picks the node budget from timed target forwards (methods.budget).
 Knobs: heads (directory or Hub id; default model.eagle), k (= depth), top_k, total_tokens,
 budget_ratio, draft_vocab (eagle: score only the N most frequent tokens, drafters.draftvocab; needs
-the frequency list our training stores; null: the full vocabulary). `methods.eagle3` is the same round with an EAGLE-3 head.
+the frequency list our training stores; null: the full vocabulary). `methods.eagle3` is the
+same round with an EAGLE-3 head.
 """
+
 from __future__ import annotations
 
 import torch
 
-from bench import budget
-from bench.errors import UserError
-from bench.models import local_dir
-from bench.tree import TreeLayout
 from drafters import eagle as eagle_io
 from engines.base import additive, tree_mask
+from groundfloor.errors import UserError
+from groundfloor.models import local_dir
+from groundfloor.tree import TreeLayout
+from methods import budget
 from methods.base import TreeMethod, TreeProposal
 
 
@@ -60,30 +62,39 @@ class Eagle(TreeMethod):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         ratio = float(cfg.get("budget_ratio", 1.5))
-        self.need(ratio >= 1, "budget_ratio", ratio, "use a factor >= 1 (the verify forward may "
-                  "cost this × a one-token forward)")
+        self.need(
+            ratio >= 1,
+            "budget_ratio",
+            ratio,
+            "use a factor >= 1 (the verify forward may cost this × a one-token forward)",
+        )
         draft_vocab = self.draft_vocab()
         src = cfg.get("heads") or ctx.model_cfg.get(self.kind)
         if not src:
-            raise UserError(f"method={self.name} needs a head: set method.heads=<dir or Hub id> "
-                            f"or model.{self.kind} (train one with `python -m bench.train "
-                            f"drafter={self.kind}`)")
+            raise UserError(
+                f"method={self.name} needs a head: set method.heads=<dir or Hub id> "
+                f"or model.{self.kind} (train one with `python -m bench.train "
+                f"drafter={self.kind}`)"
+            )
         path = local_dir(str(src), "method.heads")
         try:
             self.head, self.head_cfg = eagle_io.load(path, ctx.target, ctx.dtype)
         except (FileNotFoundError, ValueError) as e:
             raise UserError(f"method.heads={str(src)!r}: {e}")
         if self.head.kind != self.kind:
-            raise UserError(f"method.heads={str(src)!r} holds an {self.head.kind} head; use "
-                            f"method={self.head.kind}")
+            raise UserError(
+                f"method.heads={str(src)!r} holds an {self.head.kind} head; use "
+                f"method={self.head.kind}"
+            )
         self.hidden_layers = tuple(self.head.target_layers)
         frequent = (self.head_cfg.get("specsweep") or {}).get("frequent_ids")
         vocab = self.head.restrict(frequent, draft_vocab)
         self.depth = 6 if ctx.k(cfg) is None else int(ctx.k(cfg))
         self.top_k = int(cfg.get("top_k", 8))
         if self.depth < 1 or self.top_k < 1:
-            raise UserError(f"method {self.name}: k={self.depth} and top_k={self.top_k} must "
-                            f"be ≥ 1")
+            raise UserError(
+                f"method {self.name}: k={self.depth} and top_k={self.top_k} must be ≥ 1"
+            )
         total = cfg.get("total_tokens", "auto")
         self.budget_curve = None
         if total == "auto":
@@ -92,15 +103,22 @@ class Eagle(TreeMethod):
         try:
             self.total_tokens = int(total)
         except (TypeError, ValueError):
-            raise UserError(f"method.total_tokens={total!r} is not valid; give a positive "
-                            f"integer or auto")
+            raise UserError(
+                f"method.total_tokens={total!r} is not valid; give a positive integer or auto"
+            )
         if self.total_tokens < 1:
-            raise UserError(f"method.total_tokens={total!r} is not valid; give a positive "
-                            f"integer or auto")
-        self.info = {"depth": self.depth, "top_k": self.top_k, "total_tokens": self.total_tokens,
-                     "draft_vocab": vocab,
-                     "verify_cost_ms": None if self.budget_curve is None else
-                     {n: round(c * 1e3, 2) for n, c in self.budget_curve.items()}}
+            raise UserError(
+                f"method.total_tokens={total!r} is not valid; give a positive integer or auto"
+            )
+        self.info = {
+            "depth": self.depth,
+            "top_k": self.top_k,
+            "total_tokens": self.total_tokens,
+            "draft_vocab": vocab,
+            "verify_cost_ms": None
+            if self.budget_curve is None
+            else {n: round(c * 1e3, 2) for n, c in self.budget_curve.items()},
+        }
 
     def max_verify_width(self) -> int:
         return self.total_tokens + 1
@@ -120,8 +138,9 @@ class Eagle(TreeMethod):
         state.aux["head_cache"] = HeadCache()
 
     def prefill(self, state) -> torch.Tensor:
-        out = self.target.forward(state.tokens[None], state.cache, logits_to_keep=1,
-                                  hidden=tuple(self.head.target_layers))
+        out = self.target.forward(
+            state.tokens[None], state.cache, logits_to_keep=1, hidden=tuple(self.head.target_layers)
+        )
         state.aux["pending"] = self._features(out.hidden, slice(None))
         return out.logits[0, -1]
 

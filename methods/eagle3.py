@@ -4,6 +4,7 @@ The head fuses three target layers (low, middle, high) into its feature, was tra
 unrolled predictions, and drafts over a reduced vocabulary mapped to target ids by `d2t`
 (drafters.eagle). Default head: model.eagle3.
 """
+
 from __future__ import annotations
 
 from methods.eagle import Eagle

@@ -8,11 +8,12 @@ loads with AutoModelForCausalLM. Knobs: k (`num_assistant_tokens`), schedule
 adaptive `heuristic`), confidence (`assistant_confidence_threshold`, transformers' early stop
 of a draft; 0 drafts all k tokens like ours).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.errors import UserError
+from groundfloor.errors import UserError
 from methods.hf_generate import HFGenerate
 
 SCHEDULES = ("constant", "heuristic")
@@ -23,24 +24,31 @@ class HFAssisted(HFGenerate):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        from bench.models import check_same_vocab, load_tokenizer, resolve_path
         from drafters import draftmodel
+        from groundfloor.models import check_same_vocab, resolve_path
 
-        self.need(0 <= float(cfg.confidence) <= 1, "confidence", cfg.confidence,
-                  "use a probability in [0, 1] (0: draft all k tokens)")
+        self.need(
+            0 <= float(cfg.confidence) <= 1,
+            "confidence",
+            cfg.confidence,
+            "use a probability in [0, 1] (0: draft all k tokens)",
+        )
         if cfg.schedule not in SCHEDULES:
-            raise UserError(f"method.schedule={cfg.schedule!r} is not valid; choose one of: "
-                            f"{', '.join(SCHEDULES)}")
+            raise UserError(
+                f"method.schedule={cfg.schedule!r} is not valid; choose one of: "
+                f"{', '.join(SCHEDULES)}"
+            )
         path = cfg.get("model") or ctx.model_cfg.get("draft")
         if not path:
-            raise UserError("method=hf_assisted needs a draft model: set model.draft=<HF id or "
-                            "directory>")
+            raise UserError(
+                "method=hf_assisted needs a draft model: set model.draft=<HF id or directory>"
+            )
         target = ctx.target.model
         local = Path(resolve_path(str(path)))
         if draftmodel.is_distilled(local):
             self.model = draftmodel.to_transformers(local, target)
         else:
-            from bench.models import load_model
+            from groundfloor.models import load_model
 
             self.model, tok = load_model(str(path), ctx.device, ctx.target.dtype)
             check_same_vocab(ctx.tokenizer, tok, ctx.target, self.model, str(path))

@@ -7,6 +7,7 @@ if it drafts with a model, that model (`assistant`), whose forwards the clock co
 They need the transformers model itself, so they run on engine=hf only (engine=auto picks hf
 for them; `bench.config.validate` refuses engine=lean in one line).
 """
+
 from __future__ import annotations
 
 from methods.base import Method
@@ -20,10 +21,12 @@ class HFGenerate(Method):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         if ctx.target.name != ENGINE or not hasattr(ctx.target, "model"):
-            from bench.errors import UserError
+            from groundfloor.errors import UserError
 
-            raise UserError(f"method={cfg.name} runs transformers' generate() and needs "
-                            f"engine=hf (the transformers model); engine={ctx.target.name} has none")
+            raise UserError(
+                f"method={cfg.name} runs transformers' generate() and needs "
+                f"engine=hf (the transformers model); engine={ctx.target.name} has none"
+            )
         self.k = self.chain_k()
 
     def generate_kwargs(self) -> dict:

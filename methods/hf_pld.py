@@ -5,6 +5,7 @@ prompt + output) in transformers' own implementation, run whole by `bench.wholet
 Knobs: k (`prompt_lookup_num_tokens`), max_n (`max_matching_ngram_size`). Its lookup runs
 between forwards, so its time is in the `other` phase (ours is in `draft`).
 """
+
 from __future__ import annotations
 
 from methods.hf_generate import HFGenerate
@@ -15,9 +16,12 @@ class HFPromptLookup(HFGenerate):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.need(int(cfg.max_n) >= 1, "max_n", cfg.max_n, "use an integer >= 1 (the longest "
-                  "n-gram matched)")
+        self.need(
+            int(cfg.max_n) >= 1,
+            "max_n",
+            cfg.max_n,
+            "use an integer >= 1 (the longest n-gram matched)",
+        )
 
     def generate_kwargs(self) -> dict:
-        return {"prompt_lookup_num_tokens": self.k,
-                "max_matching_ngram_size": int(self.cfg.max_n)}
+        return {"prompt_lookup_num_tokens": self.k, "max_matching_ngram_size": int(self.cfg.max_n)}

@@ -6,7 +6,7 @@ The window holds up to N − 1 levels of W guessed tokens (level 0 seeded from p
 Below the root r (the last committed token), level 0 is a chain r → w0[0] → … → w0[W−1], and
 level j of column c hangs below level j − 1 of column c, so the window token (j, c) sits at
 depth c + 1 + j and sees  r, w0[0..c], w1[c], …, wj[c]  — one Jacobi trajectory per column.
-One forward (a tree, bench.treeverify) carries
+One forward (a tree, methods.treeverify) carries
 
     verification branch  the pool's n-grams that start with r (the G most recent), merged into
                          a trie below r: the draft, accepted with the shared tree rule;
@@ -17,18 +17,19 @@ Once N − 1 levels exist, the column (w0[c], …, w_{N−2}[c], new[c]) is an n
 keys it in the pool, the other N − 1 are what it proposes; then level 0 is dropped and the new
 tokens become the last level. Until then (warm-up) the new tokens are appended as a level.
 With `pool_from_prompt` (LADE's POOL_FROM_PROMPT) the pool starts with the prompt's own
-n-grams. The window and the pool belong to the turn (state.aux). Drafts are point masses fixed before
-the forward that verifies them, so the tree rule keeps the target's distribution at any
+n-grams. The window and the pool belong to the turn (state.aux). Drafts are point masses fixed
+before the forward that verifies them, so the tree rule keeps the target's distribution at any
 temperature, and greedy output equals `ar`'s.
 Knobs: W (window), N (n-gram size; `k` sets N = k + 1), G (verification n-grams per round, and
 n-grams kept per first token), pool_from_prompt.
 """
+
 from __future__ import annotations
 
 import torch
 
-from bench.errors import UserError
-from bench.tree import TreeLayout
+from groundfloor.errors import UserError
+from groundfloor.tree import TreeLayout
 from methods.base import TreeMethod, TreeProposal
 
 
@@ -68,11 +69,17 @@ class Lookahead(TreeMethod):
         self.W, self.G = int(cfg.get("W", 4)), int(cfg.get("G", 4))
         self.N = k + 1 if k is not None else int(cfg.get("N", 3))
         if self.W < 1 or self.N < 2 or self.G < 0:
-            raise UserError(f"method {self.name}: W={self.W}, N={self.N}, G={self.G}: need "
-                            f"W >= 1, N >= 2 (k >= 1), G >= 0")
+            raise UserError(
+                f"method {self.name}: W={self.W}, N={self.N}, G={self.G}: need "
+                f"W >= 1, N >= 2 (k >= 1), G >= 0"
+            )
         self.pool_from_prompt = bool(cfg.get("pool_from_prompt", True))
-        self.info = {"W": self.W, "N": self.N, "G": self.G,
-                     "pool_from_prompt": self.pool_from_prompt}
+        self.info = {
+            "W": self.W,
+            "N": self.N,
+            "G": self.G,
+            "pool_from_prompt": self.pool_from_prompt,
+        }
 
     def max_verify_width(self) -> int:
         return 1 + (self.W + self.G) * (self.N - 1)
@@ -106,9 +113,11 @@ class Lookahead(TreeMethod):
         window = state.aux["window"]
         parents += window_parents(len(window), self.W, len(tokens))
         tokens += [x for level in window for x in level]
-        return TreeProposal(tokens=torch.tensor(tokens, dtype=torch.long, device=state.ids.device),
-                            layout=TreeLayout.from_parents(parents),
-                            n_draft=len(tokens) - len(window) * self.W)
+        return TreeProposal(
+            tokens=torch.tensor(tokens, dtype=torch.long, device=state.ids.device),
+            layout=TreeLayout.from_parents(parents),
+            n_draft=len(tokens) - len(window) * self.W,
+        )
 
     def after_accept(self, state, proposal, nodes, logits, hidden) -> None:
         window, pool = state.aux["window"], state.aux["pool"]

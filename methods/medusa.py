@@ -10,18 +10,18 @@ Medusa's typical acceptance: faster, *lossy*, and reported under the name `medus
 Knobs: heads (directory or Hub id), num_heads, tree (name | auto | paths), tree_size, k (tree
 depth), draft_vocab (score only the N most frequent tokens, drafters.draftvocab; null: all).
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 from omegaconf import OmegaConf
 
-from drafters.draftvocab import DraftVocab
-from bench.errors import UserError
-from bench.models import local_dir
-from bench.sampling import probs
 from drafters import medusa as heads_io
-from bench.tree import TreeLayout
+from drafters.draftvocab import DraftVocab
+from groundfloor.errors import UserError
+from groundfloor.models import local_dir
+from groundfloor.sampling import probs
+from groundfloor.tree import TreeLayout
 from methods import static_trees
 from methods.base import TreeMethod, TreeProposal
 
@@ -33,36 +33,45 @@ class Medusa(TreeMethod):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         k, size, acc = ctx.k(cfg), cfg.get("tree_size", 10), cfg.get("acceptance", "exact")
-        self.need(k is None or k >= 1, "k", k, "use an integer >= 1 (tree depth) or null (every "
-                  "head)")
-        self.need(int(size) >= 1, "tree_size", size, "use an integer >= 1 (nodes of an auto "
-                  "tree)")
-        self.need(acc in ("exact", "typical"), "acceptance", acc, "choose one of: exact "
-                  "(lossless), typical (Medusa's, lossy)")
+        self.need(
+            k is None or k >= 1, "k", k, "use an integer >= 1 (tree depth) or null (every head)"
+        )
+        self.need(int(size) >= 1, "tree_size", size, "use an integer >= 1 (nodes of an auto tree)")
+        self.need(
+            acc in ("exact", "typical"),
+            "acceptance",
+            acc,
+            "choose one of: exact (lossless), typical (Medusa's, lossy)",
+        )
         draft_vocab = self.draft_vocab()
         path = cfg.get("heads") or ctx.model_cfg.get("medusa")
         if not path:
             raise UserError("method=medusa needs heads: set method.heads=<dir> or model.medusa")
         path = local_dir(str(path), "method.heads")
         if not (path / "config.json").exists():
-            raise UserError(f"method.heads={str(path)!r} holds no Medusa heads (config.json and "
-                            f"{heads_io.WEIGHTS}); train them with `python -m bench.train "
-                            f"drafter=medusa`")
+            raise UserError(
+                f"method.heads={str(path)!r} holds no Medusa heads (config.json and "
+                f"{heads_io.WEIGHTS}); train them with `python -m bench.train "
+                f"drafter=medusa`"
+            )
         self.heads, hcfg = heads_io.load(path, ctx.dtype)
         self.heads.to(ctx.device)
         n = int(cfg.get("num_heads") or self.heads.num_heads)
         if not 1 <= n <= self.heads.num_heads:
-            raise UserError(f"method.num_heads={n} is not valid; the heads in {path} have "
-                            f"1..{self.heads.num_heads}")
+            raise UserError(
+                f"method.num_heads={n} is not valid; the heads in {path} have "
+                f"1..{self.heads.num_heads}"
+            )
         depth = k or n
         tree = cfg.get("tree", "auto")
         tree = OmegaConf.to_container(tree) if OmegaConf.is_config(tree) else tree
         try:
-            paths = static_trees.resolve(tree, hcfg.get("rank_accuracy"),
-                                         int(size), depth, n)
+            paths = static_trees.resolve(tree, hcfg.get("rank_accuracy"), int(size), depth, n)
         except KeyError:
-            raise UserError(f"method.tree={tree!r} is unknown; choose one of: auto, "
-                            f"{', '.join(static_trees.TREES)}, or a list of paths")
+            raise UserError(
+                f"method.tree={tree!r} is unknown; choose one of: auto, "
+                f"{', '.join(static_trees.TREES)}, or a list of paths"
+            )
         except ValueError as e:
             raise UserError(f"method.tree: {e}")
         self.layout, order = TreeLayout.from_paths(paths)
@@ -72,19 +81,31 @@ class Medusa(TreeMethod):
         self.depth = self.layout.max_depth
         self.lm_head = ctx.target.output_weight()
         # heads sharing the target's output layer may score only the most frequent tokens
-        self.vocab = DraftVocab(self.lm_head, hcfg.get("frequent_ids"),
-                                draft_vocab if self.heads.own is None else None)
-        self.info = {"tree_nodes": self.layout.size, "depth": self.depth,
-                     "draft_vocab": self.vocab.size}
+        self.vocab = DraftVocab(
+            self.lm_head, hcfg.get("frequent_ids"), draft_vocab if self.heads.own is None else None
+        )
+        self.info = {
+            "tree_nodes": self.layout.size,
+            "depth": self.depth,
+            "draft_vocab": self.vocab.size,
+        }
         self.typical = acc == "typical"
         if self.typical:
             self.name, self.lossless = "medusa-typical", False
             self.posterior_threshold = float(cfg.get("posterior_threshold", 0.09))
             self.posterior_alpha = float(cfg.get("posterior_alpha", 0.3))
-            self.need(0 < self.posterior_threshold <= 1, "posterior_threshold",
-                      self.posterior_threshold, "use a probability in (0, 1] (ε)")
-            self.need(self.posterior_alpha > 0, "posterior_alpha", self.posterior_alpha,
-                      "use a value > 0 (α)")
+            self.need(
+                0 < self.posterior_threshold <= 1,
+                "posterior_threshold",
+                self.posterior_threshold,
+                "use a probability in (0, 1] (ε)",
+            )
+            self.need(
+                self.posterior_alpha > 0,
+                "posterior_alpha",
+                self.posterior_alpha,
+                "use a value > 0 (α)",
+            )
 
     def extra_bytes(self, state=None) -> int:
         return self.heads.extra_bytes() + self.vocab.extra_bytes()
@@ -93,8 +114,7 @@ class Medusa(TreeMethod):
         return self.layout.size + 1
 
     def prefill(self, state) -> torch.Tensor:
-        out = self.target.forward(state.tokens[None], state.cache, logits_to_keep=1,
-                                  hidden=(-1,))
+        out = self.target.forward(state.tokens[None], state.cache, logits_to_keep=1, hidden=(-1,))
         state.aux["hidden"] = out.hidden[-1][0, -1]
         return out.logits[0, -1]
 
@@ -117,11 +137,12 @@ class Medusa(TreeMethod):
 
     def _typical(self, logits, tree, state) -> tuple[list[int], int]:
         """Medusa's typical acceptance (lossy): accept x if p(x) > min(ε, δ·exp(−H(p))).
-        Returns node indices like bench.tree."""
+        Returns node indices like groundfloor.tree."""
         p = probs(logits, state.sampling)
         ent = -(p * p.clamp_min(1e-12).log()).sum(-1)
-        thresh = torch.minimum(torch.full_like(ent, self.posterior_threshold),
-                               self.posterior_alpha * torch.exp(-ent))
+        thresh = torch.minimum(
+            torch.full_like(ent, self.posterior_threshold), self.posterior_alpha * torch.exp(-ent)
+        )
         kids, tokens, path = tree.children(), tree.tokens, []
         row = 0  # verify row of the current node: 0 = root, i + 1 = node i
         while True:

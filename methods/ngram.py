@@ -5,11 +5,12 @@ min_n) in prompt + output, and propose the up-to-k tokens that followed it. The 
 mass, so at T > 0 the accept rule is "accept x with probability p(x)".
 Knobs: k (tokens proposed), min_n, max_n (n-gram window).
 """
+
 from __future__ import annotations
 
 import torch
 
-from bench.errors import UserError
+from groundfloor.errors import UserError
 from methods.base import Method, Proposal
 
 
@@ -33,8 +34,9 @@ class NGram(Method):
         super().__init__(cfg, ctx)
         self.k, self.min_n, self.max_n = self.chain_k(), int(cfg.min_n), int(cfg.max_n)
         if not 1 <= self.min_n <= self.max_n:
-            raise UserError(f"method.min_n={self.min_n}, method.max_n={self.max_n}: "
-                            "need 1 <= min_n <= max_n")
+            raise UserError(
+                f"method.min_n={self.min_n}, method.max_n={self.max_n}: need 1 <= min_n <= max_n"
+            )
 
     def draft(self, state) -> Proposal:
         return Proposal(tokens=lookup(state.tokens, self.k, self.min_n, self.max_n))

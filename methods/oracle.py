@@ -10,6 +10,7 @@ rounds the other way), the oracle stops proposing for the rest of the turn. At T
 drafts are point masses, accepted with probability p(x): still lossless, no longer perfect.
 Knobs: k.
 """
+
 from __future__ import annotations
 
 import torch

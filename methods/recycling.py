@@ -8,8 +8,8 @@ last predicted after x (−1: none yet), w = the widest rank the tree uses. Per 
           the root, the last committed token: the node at path (r_1, .., r_d) takes
           A[token of its parent, r_d]; a node whose parent's row is empty is dropped with its
           subtree (the template stays prefix-closed);
-  verify  one tree-masked target forward over the tree (bench.treeverify);
-  accept  the shared tree rule (bench.tree), then every verified row refreshes its token's
+  verify  one tree-masked target forward over the tree (methods.treeverify);
+  accept  the shared tree rule (groundfloor.tree), then every verified row refreshes its token's
           candidates: A[x_i] ← top-w(logits_i) for the root and every node, accepted or not.
 The prefill refreshes only the last prompt token's row (all prompt rows would cost L × V logits).
 A persists across turns (the paper's hot start): it lives on the method object. With
@@ -20,6 +20,7 @@ Drafts are point masses fixed before verification: lossless at any temperature.
 Knobs: tree (a name in methods.static_trees.TREES or a list of rank paths), k (tree depth),
 hot_start.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -27,8 +28,8 @@ from collections import OrderedDict
 import torch
 from omegaconf import OmegaConf
 
-from bench.errors import UserError
-from bench.tree import TreeLayout
+from groundfloor.errors import UserError
+from groundfloor.tree import TreeLayout
 from methods import static_trees
 from methods.base import TreeMethod, TreeProposal
 
@@ -44,8 +45,10 @@ class Recycling(TreeMethod):
         tree = OmegaConf.to_container(tree) if OmegaConf.is_config(tree) else tree
         depth = ctx.k(cfg)
         if isinstance(tree, str) and tree not in static_trees.TREES:
-            raise UserError(f"method.tree={tree!r} is unknown; choose one of: "
-                            f"{', '.join(static_trees.TREES)}, or a list of rank paths")
+            raise UserError(
+                f"method.tree={tree!r} is unknown; choose one of: "
+                f"{', '.join(static_trees.TREES)}, or a list of rank paths"
+            )
         paths = static_trees.TREES[tree] if isinstance(tree, str) else [list(p) for p in tree]
         paths = [p for p in paths if depth is None or len(p) <= depth]
         if not paths:
@@ -64,11 +67,14 @@ class Recycling(TreeMethod):
             idx = torch.tensor([i for i, p in enumerate(order) if len(p) == d], device=dev)
             self.levels.append((idx, self.parent[idx]))
         self.hot_start = bool(cfg.get("hot_start", True))
-        self.adj = torch.full((ctx.target.vocab_size, self.width), -1, dtype=torch.long,
-                              device=dev)
+        self.adj = torch.full((ctx.target.vocab_size, self.width), -1, dtype=torch.long, device=dev)
         self.snapshots: OrderedDict[tuple, torch.Tensor] = OrderedDict()
-        self.info = {"tree_nodes": self.layout.size, "depth": self.layout.max_depth,
-                     "width": self.width, "hot_start": self.hot_start}
+        self.info = {
+            "tree_nodes": self.layout.size,
+            "depth": self.layout.max_depth,
+            "width": self.width,
+            "hot_start": self.hot_start,
+        }
 
     def max_verify_width(self) -> int:
         return self.layout.size + 1

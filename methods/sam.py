@@ -15,10 +15,11 @@ with `fallback: eagle` (or eagle3, medusa), that method drafts its tree instead 
 Spec-Bench ranks first (SAM-Decoding + EAGLE-2). The fallback keeps its own state in step: every
 round is verified through it (a chain draft as a one-branch tree), so it sees the target's hidden
 states of every committed token.
-Drafts are point masses fixed before verification: lossless at any temperature (bench.tree).
+Drafts are point masses fixed before verification: lossless at any temperature (groundfloor.tree).
 Knobs: k (tokens drafted), min_match (null: 1 alone, 3 with a fallback), corpus (a text file,
 one document per line, or a .jsonl of {"text": ...}), fallback, fallback_overrides.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,13 +27,12 @@ import json
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
-from bench.config import CONF
-from bench.errors import UserError
-from bench.tree import TreeLayout
 from drafters.suffix_automaton import SuffixAutomaton
+from groundfloor.errors import UserError
+from groundfloor.tree import TreeLayout
 from methods.base import TreeMethod, TreeProposal
+from methods.registry import build_method, method_config
 
 FALLBACKS = ("eagle", "eagle3", "medusa")
 
@@ -68,28 +68,31 @@ class Sam(TreeMethod):
         self.static = None
         if cfg.get("corpus"):
             self.static = self._load_corpus(Path(str(cfg.corpus)), ctx)
-        self.info = {"k": self.k, "min_match": self.min_match, "fallback": fb or None,
-                     "corpus_tokens": len(self.static) if self.static else 0}
+        self.info = {
+            "k": self.k,
+            "min_match": self.min_match,
+            "fallback": fb or None,
+            "corpus_tokens": len(self.static) if self.static else 0,
+        }
         if self.fallback is not None:
             self.info["fallback_info"] = getattr(self.fallback, "info", {})
 
     @staticmethod
     def _build_fallback(name: str, overrides, ctx):
-        from bench.runner import build_method
-
         if name not in FALLBACKS:
-            raise UserError(f"method.fallback={name!r}: choose one of: {', '.join(FALLBACKS)} "
-                            f"(or null)")
-        node = OmegaConf.load(CONF / "method" / f"{name}.yaml")
-        if overrides:
-            node = OmegaConf.merge(node, overrides)
+            raise UserError(
+                f"method.fallback={name!r}: choose one of: {', '.join(FALLBACKS)} (or null)"
+            )
+        node = method_config(name, overrides)
         # the top-level `k` sets the automaton's draft length, not the fallback's depth
         return build_method(node, dataclasses.replace(ctx, k_override=None))
 
     def _load_corpus(self, path: Path, ctx) -> SuffixAutomaton:
         if not path.is_file():
-            raise UserError(f"method.corpus={str(path)!r} is not a file; give a text file (one "
-                            f"document per line) or a .jsonl of {{\"text\": ...}}")
+            raise UserError(
+                f"method.corpus={str(path)!r} is not a file; give a text file (one "
+                f'document per line) or a .jsonl of {{"text": ...}}'
+            )
         if ctx.tokenizer is None:
             raise UserError("method.corpus needs the target's tokenizer")
         index = SuffixAutomaton()

@@ -4,8 +4,9 @@ A tree is a list of paths; a path lists, per depth d, the rank of the candidate 
 depth (Medusa's `medusa_choices` form): for Medusa, [0] is head 0's top-1 and [0, 1] head 1's
 second candidate placed after it; for Token Recycling (methods.recycling), [0, 1] is the second
 stored successor of the first stored successor of the root token. Every prefix of a path is also
-in the tree. `bench.tree.TreeLayout.from_paths` turns one into a layout.
+in the tree. `groundfloor.tree.TreeLayout.from_paths` turns one into a layout.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -16,8 +17,24 @@ TREES = {
     # 8 nodes: wide at depth 1, where the heads are most accurate
     "small": [[0], [1], [2], [0, 0], [1, 0], [0, 1], [0, 0, 0], [0, 0, 0, 0]],
     # 16 nodes
-    "medium": [[0], [1], [2], [3], [0, 0], [0, 1], [1, 0], [2, 0], [0, 2], [0, 0, 0],
-               [0, 0, 1], [0, 1, 0], [1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 0, 0]],
+    "medium": [
+        [0],
+        [1],
+        [2],
+        [3],
+        [0, 0],
+        [0, 1],
+        [1, 0],
+        [2, 0],
+        [0, 2],
+        [0, 0, 0],
+        [0, 0, 1],
+        [0, 1, 0],
+        [1, 0, 0],
+        [0, 0, 0, 0],
+        [0, 0, 0, 1],
+        [0, 0, 0, 0, 0],
+    ],
 }
 
 

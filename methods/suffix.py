@@ -24,7 +24,7 @@ s = T[L−m..L−1] occurs in an index, a draft grows below s:
 A draft's score is the sum of its node probabilities (its expected accepted length); the best
 score over m and over both indices is drafted (ties: the longer match, then the local index).
 Drafts are point masses fixed before the target runs, verified as a chain or a tree with the
-shared tree rule (bench.tree), so the method is lossless at any temperature.
+shared tree rule (groundfloor.tree), so the method is lossless at any temperature.
 
 arctic-inference (PyPI) ships this as a C++ extension, but only as an sdist whose build needs a
 C++20 compiler, CMake, nanobind, grpcio-tools, a pinned protobuf and its own torch in the build
@@ -34,6 +34,7 @@ so specsweep carries its own index, tested against a brute-force counter
 Knobs: k, shape (chain | tree), max_depth, max_spec_factor, max_spec_offset, min_token_prob,
 max_cached, reuse_same_prompt.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -42,9 +43,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bench.errors import UserError
-from bench.tree import TreeLayout
 from drafters.suffix_automaton import SuffixAutomaton
+from groundfloor.errors import UserError
+from groundfloor.tree import TreeLayout
 from methods.base import TreeMethod, TreeProposal
 
 SHAPES = ("chain", "tree")
@@ -53,13 +54,14 @@ SHAPES = ("chain", "tree")
 @dataclass
 class Draft:
     tokens: list[int] = field(default_factory=list)
-    parents: list[int] = field(default_factory=list)  # bench.tree: −1 = child of the root
+    parents: list[int] = field(default_factory=list)  # groundfloor.tree: −1 = child of the root
     score: float = 0.0  # Σ node probabilities
     match_len: int = 0
 
 
-def grow(index: SuffixAutomaton, v: int, budget: int, depth: int, min_prob: float,
-         tree: bool, kids: dict) -> Draft:
+def grow(
+    index: SuffixAutomaton, v: int, budget: int, depth: int, min_prob: float, tree: bool, kids: dict
+) -> Draft:
     """Best-first draft below state v: ≤ budget nodes, ≤ depth deep, probability ≥ min_prob.
     `kids` memoises index.children per state within one round."""
     out = Draft()
@@ -92,8 +94,18 @@ def grow(index: SuffixAutomaton, v: int, budget: int, depth: int, min_prob: floa
     return out
 
 
-def speculate(index: SuffixAutomaton, v: int, n: int, longest: int, k: int, factor: float,
-              offset: float, min_prob: float, max_depth: int, tree: bool) -> Draft:
+def speculate(
+    index: SuffixAutomaton,
+    v: int,
+    n: int,
+    longest: int,
+    k: int,
+    factor: float,
+    offset: float,
+    min_prob: float,
+    max_depth: int,
+    tree: bool,
+) -> Draft:
     """The best-scoring draft over match lengths m ≤ min(n, longest); (v, n): the state and
     length of the longest context suffix found in `index`. Longest matches first; a shorter one
     is tried only if its budget could beat the best score (a draft scores at most its size)."""
@@ -155,21 +167,31 @@ class Suffix(TreeMethod):
         self.max_cached = int(cfg.get("max_cached", 64))
         self.reuse_same_prompt = bool(cfg.get("reuse_same_prompt", False))
         for bad, msg in (
-                (self.k < 1, f"k={self.k}: use an integer >= 1 (most tokens drafted)"),
-                (self.shape not in SHAPES,
-                 f"method.shape={self.shape!r}: choose one of: {', '.join(SHAPES)}"),
-                (self.max_depth < 2, f"method.max_depth={self.max_depth}: use an integer >= 2"),
-                (self.factor < 0, f"method.max_spec_factor={self.factor}: use a value >= 0"),
-                (not 0 <= self.min_prob <= 1,
-                 f"method.min_token_prob={self.min_prob}: use a value in [0, 1]"),
-                (self.max_cached < 0,
-                 f"method.max_cached={self.max_cached}: use an integer >= 0 (0: no global "
-                 f"cache)")):
+            (self.k < 1, f"k={self.k}: use an integer >= 1 (most tokens drafted)"),
+            (
+                self.shape not in SHAPES,
+                f"method.shape={self.shape!r}: choose one of: {', '.join(SHAPES)}",
+            ),
+            (self.max_depth < 2, f"method.max_depth={self.max_depth}: use an integer >= 2"),
+            (self.factor < 0, f"method.max_spec_factor={self.factor}: use a value >= 0"),
+            (
+                not 0 <= self.min_prob <= 1,
+                f"method.min_token_prob={self.min_prob}: use a value in [0, 1]",
+            ),
+            (
+                self.max_cached < 0,
+                f"method.max_cached={self.max_cached}: use an integer >= 0 (0: no global cache)",
+            ),
+        ):
             if bad:
                 raise UserError(f"method {self.name}: {msg}")
         self.responses = ResponseCache(self.max_cached, self.max_depth)
-        self.info = {"shape": self.shape, "max_depth": self.max_depth, "max_cached":
-                     self.max_cached, "reuse_same_prompt": self.reuse_same_prompt}
+        self.info = {
+            "shape": self.shape,
+            "max_depth": self.max_depth,
+            "max_cached": self.max_cached,
+            "reuse_same_prompt": self.reuse_same_prompt,
+        }
 
     def max_verify_width(self) -> int:
         return self.k + 1
@@ -193,8 +215,9 @@ class Suffix(TreeMethod):
         return logits
 
     def finish(self, state) -> None:
-        self.responses.add(state.aux["prompt_key"],
-                           state.ids[state.n_prompt : state.length].tolist())
+        self.responses.add(
+            state.aux["prompt_key"], state.ids[state.n_prompt : state.length].tolist()
+        )
 
     # --- per round ---
     def draft(self, state) -> TreeProposal:
@@ -202,8 +225,14 @@ class Suffix(TreeMethod):
         L = state.length
         local.extend(state.ids[len(local) : L].tolist())
         longest = min(self.max_depth, L) - 1
-        args = (self.k, self.factor, self.offset, self.min_prob, self.max_depth,
-                self.shape == "tree")
+        args = (
+            self.k,
+            self.factor,
+            self.offset,
+            self.min_prob,
+            self.max_depth,
+            self.shape == "tree",
+        )
         best = speculate(local, *local.deep, longest, *args)
         glob = self.responses.index
         if len(glob):

@@ -1,6 +1,6 @@
 """Verifying a token tree in one target forward, on any engine, and keeping the accepted path.
 
-The tree (bench.tree's numbering: node i has parent parents[i], −1 = the root r, the last
+The tree (groundfloor.tree's numbering: node i has parent parents[i], −1 = the root r, the last
 committed token) is fed as [r, n_0..n_{N−1}], node i at row i + 1, with
     position_ids = cached_len + depth        (root depth 0)
     attention    = [every cached position | the row's own ancestors and itself]
@@ -8,16 +8,18 @@ committed token) is fed as [r, n_0..n_{N−1}], node i at row i + 1, with
 so each node's logits equal those of decoding its root-to-node path sequentially. Afterwards
 `keep_path` keeps only the cached positions of the root and the accepted nodes.
 """
+
 from __future__ import annotations
 
 import torch
 
-from bench.tree import TreeLayout
 from engines.base import tree_mask
+from groundfloor.tree import TreeLayout
 
 
-def verify_tree(engine, root: torch.Tensor, tokens: torch.Tensor, layout: TreeLayout, cache,
-                hidden=()):
+def verify_tree(
+    engine, root: torch.Tensor, tokens: torch.Tensor, layout: TreeLayout, cache, hidden=()
+):
     """One forward over [root, tokens] (root (1,), tokens (N,)) → engines.base.Out
     (logits (1, N+1, V), and the hidden states asked for)."""
     cached = cache.length

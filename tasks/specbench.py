@@ -5,8 +5,16 @@ rest by name. Back (writing answer files, bench/answers.py): the category Spec-B
 evaluation/speed.py filters on, so its per-task report reads our runs.
 """
 
-MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
-            "humanities")
+MT_BENCH = (
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+)
 CATEGORY_MAP = {
     # MT-Bench's eight two-turn categories
     **{c: "dialog" for c in MT_BENCH},

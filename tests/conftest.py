@@ -3,6 +3,7 @@
 They are real transformers models (so cache, masks and positions behave as in production) but
 small enough that a whole benchmark run takes well under a second.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,12 +17,16 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
-WORDS = ("the a an of to in and is it that for on with as was at by be this from or are "
-         "write function python code list return def sum number two three four five answer "
-         "translate german english text story poem sea short make rhyme now more about what "
-         "how why when who please explain step first then result total").split()
-CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> "
-        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant {% endif %}")
+WORDS = (
+    "the a an of to in and is it that for on with as was at by be this from or are "
+    "write function python code list return def sum number two three four five answer "
+    "translate german english text story poem sea short make rhyme now more about what "
+    "how why when who please explain step first then result total"
+).split()
+CHAT = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> "
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant {% endif %}"
+)
 
 
 def tiny_tokenizer():
@@ -29,14 +34,24 @@ def tiny_tokenizer():
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<unk>", "<|im_start|>", "<|im_end|>", "<pad>"]
-    vocab = {w: i for i, w in enumerate(specials + WORDS + [str(d) for d in range(10)]
-                                        + list(".,:;?!()=+-*/'\"_"))}
+    vocab = {
+        w: i
+        for i, w in enumerate(
+            specials + WORDS + [str(d) for d in range(10)] + list(".,:;?!()=+-*/'\"_")
+        )
+    }
     vocab.update({f"w{i}": len(vocab) + i for i in range(128 - len(vocab))})  # fill to 128
     tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
-                                                pre_tokenizers.Punctuation()])
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<|im_end|>",
-                                  pad_token="<pad>", bos_token="<|im_start|>")
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()]
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        unk_token="<unk>",
+        eos_token="<|im_end|>",
+        pad_token="<pad>",
+        bos_token="<|im_start|>",
+    )
     tok.chat_template = CHAT
     return tok
 
@@ -45,10 +60,19 @@ def tiny_llama(seed: int, vocab: int = 128, layers: int = 2, hidden: int = 32):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=1024, tie_word_embeddings=False, bos_token_id=1,
-                      eos_token_id=2, pad_token_id=3)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=3,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -111,7 +135,8 @@ def near_draft_dir(tmp_path_factory) -> Path:
 
 def compose(overrides: list[str]):
     """A composed run config, as `python -m bench <overrides>` would build it."""
-    from hydra import compose as hcompose, initialize_config_dir
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     from bench.config import register

@@ -5,6 +5,7 @@ node is wrong.
 The method keeps its own tree shape, its own state and its own after-accept code (head caches,
 pending features, KV rollback), so its verify/accept paths run on deep accepted paths and on
 rejections part-way down, which random heads on a tiny model almost never reach."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,10 +32,14 @@ def rewrite(m, full: list[int], vocab: int, choose) -> None:
         depth = prop.layout.depth[1:].tolist()
         rank = {c: j for kids in prop.layout.children() for j, c in enumerate(kids)}
         at = state.length  # full[at + depth − 1]: the right token at that depth
-        tokens = [full[at + d - 1] if ok else (full[at + d - 1] + 1 + rank[i]) % vocab
-                  for i, (d, ok) in enumerate(zip(depth, right))]
-        return dataclasses.replace(prop, tokens=torch.tensor(tokens, dtype=torch.long,
-                                                            device=prop.tokens.device))
+        tokens = [
+            full[at + d - 1] if ok else (full[at + d - 1] + 1 + rank[i]) % vocab
+            for i, (d, ok) in enumerate(zip(depth, right))
+        ]
+        return dataclasses.replace(
+            prop, tokens=torch.tensor(tokens, dtype=torch.long, device=prop.tokens.device)
+        )
+
     m.draft = draft
 
 
@@ -53,10 +58,15 @@ def mostly_right(m, full: list[int], vocab: int, rate: float, seed: int = 0) -> 
             if right[i]:
                 has_right.add(a)
         depth = layout.depth[1:].tolist()
-        seen["best"].append(max([depth[i] for i in range(layout.size)
-                                 if all(right[j] for j in on_path(layout, i))], default=0))
+        seen["best"].append(
+            max(
+                [depth[i] for i in range(layout.size) if all(right[j] for j in on_path(layout, i))],
+                default=0,
+            )
+        )
         seen["max_depth"] = max([seen["max_depth"]] + depth)
         return right
+
     rewrite(m, full, vocab, choose)
     return seen
 
@@ -73,12 +83,14 @@ def planted(m, full: list[int], vocab: int) -> list[tuple[int, bool]]:
             return []
         first = {kids[0] for kids in layout.children() if kids}
         depth = layout.depth[1:].tolist()
-        off_chain = [i for i in range(layout.size)
-                     if any(j not in first for j in on_path(layout, i))]
+        off_chain = [
+            i for i in range(layout.size) if any(j not in first for j in on_path(layout, i))
+        ]
         leaf = max(off_chain or range(layout.size), key=lambda i: (depth[i], i))
         path = set(on_path(layout, leaf))
         picked.append((depth[leaf], bool(off_chain)))
         return [i in path for i in range(layout.size)]
+
     rewrite(m, full, vocab, choose)
     return picked
 
@@ -97,12 +109,13 @@ def check_forced(res, seen, n: int) -> None:
     assert len(res.output_ids) == n
 
 
-def run_forced(m, ar, prompt: list[int], run, n: int = 40, rate: float = 0.6,
-               seed: int = 0, vocab: int = 128) -> None:
+def run_forced(
+    m, ar, prompt: list[int], run, n: int = 40, rate: float = 0.6, seed: int = 0, vocab: int = 128
+) -> None:
     """m's greedy output on `prompt` with its trees right at `rate`: exact, and each round takes
     the right path (check_forced). `run(method, prompt, n=...)` generates greedily."""
     full = prompt + run(ar, prompt, n=n + 10).output_ids
     seen = mostly_right(m, full, vocab, rate, seed)
     res = run(m, prompt, n=n)
-    assert res.output_ids == full[len(prompt):len(prompt) + n]
+    assert res.output_ids == full[len(prompt) : len(prompt) + n]
     check_forced(res, seen, n)

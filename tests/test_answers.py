@@ -1,5 +1,6 @@
 """Answer files in Spec-Bench's format: the fields its scripts read, from our records, and a
 Spec-Bench question file going through a real run back to answers with its ids and categories."""
+
 from __future__ import annotations
 
 import json
@@ -16,12 +17,33 @@ class WordTokenizer:
         return " " + " ".join(f"w{i}" for i in ids) + " "
 
 
-def rec(pid, turn, role, repeat=0, category="dialog", sub="writing", ids=(1, 2, 3),
-        accept=(1, 2), forwards=2, wall=0.5):
-    return {"task": "t", "category": category, "subcategory": sub, "prompt_id": pid,
-            "turn": turn, "role": role, "repeat": repeat, "method": "ngram",
-            "output_ids": list(ids), "new_tokens": len(ids), "target_forwards": forwards,
-            "wall_s": wall, "accept_lengths": list(accept)}
+def rec(
+    pid,
+    turn,
+    role,
+    repeat=0,
+    category="dialog",
+    sub="writing",
+    ids=(1, 2, 3),
+    accept=(1, 2),
+    forwards=2,
+    wall=0.5,
+):
+    return {
+        "task": "t",
+        "category": category,
+        "subcategory": sub,
+        "prompt_id": pid,
+        "turn": turn,
+        "role": role,
+        "repeat": repeat,
+        "method": "ngram",
+        "output_ids": list(ids),
+        "new_tokens": len(ids),
+        "target_forwards": forwards,
+        "wall_s": wall,
+        "accept_lengths": list(accept),
+    }
 
 
 RECORDS = [
@@ -59,9 +81,12 @@ def test_rerun_into_the_same_directory_keeps_the_latest_records():
 def specbench_speed(method_lines, base_lines):
     """What Spec-Bench's evaluation/speed.py computes from two answer files (its contract):
     mean over questions of Σ new_tokens ÷ Σ wall_time, and the mean of all accept lengths."""
+
     def tps(lines):
-        return [sum(a["choices"][0]["new_tokens"]) / sum(a["choices"][0]["wall_time"])
-                for a in lines]
+        return [
+            sum(a["choices"][0]["new_tokens"]) / sum(a["choices"][0]["wall_time"]) for a in lines
+        ]
+
     accepts = list(chain.from_iterable(a["choices"][0]["accept_lengths"] for a in method_lines))
     assert all(isinstance(x, int) for x in accepts)  # a nested list would break its np.mean
     m, b = tps(method_lines), tps(base_lines)
@@ -90,16 +115,32 @@ def test_specbench_questions_round_trip_through_a_run(tiny_target_dir, tmp_path)
     from transformers import AutoTokenizer
 
     cats = ("writing", "reasoning", "math_reasoning", "rag")
-    rows = [{"question_id": 81 + 10 * i, "category": c,
-             "turns": ["write a short poem about the sea"]
-             + (["now make it rhyme"] if c in MT_BENCH else [])}
-            for i, c in enumerate(cats)]
+    rows = [
+        {
+            "question_id": 81 + 10 * i,
+            "category": c,
+            "turns": ["write a short poem about the sea"]
+            + (["now make it rhyme"] if c in MT_BENCH else []),
+        }
+        for i, c in enumerate(cats)
+    ]
     q = tmp_path / "question.jsonl"
     q.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "run"
-    p = bench("method=ngram", "model=hf", f"model.target={tiny_target_dir}",
-              "model.dtype=float32", "device=cpu", "task=jsonl", f"task.path={q}",
-              "max_new_tokens=6", "repeats=1", "warmup=0", "remeasure=0", f"out={out}")
+    p = bench(
+        "method=ngram",
+        "model=hf",
+        f"model.target={tiny_target_dir}",
+        "model.dtype=float32",
+        "device=cpu",
+        "task=jsonl",
+        f"task.path={q}",
+        "max_new_tokens=6",
+        "repeats=1",
+        "warmup=0",
+        "remeasure=0",
+        f"out={out}",
+    )
     assert p.returncode == 0, p.stderr
     tok = AutoTokenizer.from_pretrained(tiny_target_dir)
     records = [json.loads(line) for line in open(out / "records.jsonl")]
@@ -112,7 +153,14 @@ def test_specbench_questions_round_trip_through_a_run(tiny_target_dir, tmp_path)
             assert len(c["turns"]) == len(c["new_tokens"]) == len(r["turns"])
             assert len(c["accept_lengths"]) == sum(c["decoding_steps"])
             assert sum(c["accept_lengths"]) == sum(c["new_tokens"])
-            mine = sorted((x for x in records if x["prompt_id"] == str(r["question_id"])
-                           and x["role"] == role), key=lambda x: x["turn"])
-            assert c["turns"] == [tok.decode(x["output_ids"], skip_special_tokens=True).strip()
-                                  for x in mine]
+            mine = sorted(
+                (
+                    x
+                    for x in records
+                    if x["prompt_id"] == str(r["question_id"]) and x["role"] == role
+                ),
+                key=lambda x: x["turn"],
+            )
+            assert c["turns"] == [
+                tok.decode(x["output_ids"], skip_special_tokens=True).strip() for x in mine
+            ]

@@ -1,4 +1,5 @@
 """The command line end to end on a tiny model, and bad input: one line, exit 2, nothing lost."""
+
 from __future__ import annotations
 
 import json
@@ -8,22 +9,39 @@ import sys
 
 import pandas as pd
 import pytest
+from conftest import ROOT, compose
 
 from bench.metrics import COLUMNS
-from conftest import ROOT, compose
 
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
 
 
 def bench(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def tiny_args(target, out, *extra):
-    return ["model=hf", f"model.target={target}", "model.dtype=float32", "device=cpu",
-            "task=code", "limit=2", "max_new_tokens=12", "repeats=2", "warmup=1",
-            "remeasure=0", f"out={out}", *extra]
+    return [
+        "model=hf",
+        f"model.target={target}",
+        "model.dtype=float32",
+        "device=cpu",
+        "task=code",
+        "limit=2",
+        "max_new_tokens=12",
+        "repeats=2",
+        "warmup=1",
+        "remeasure=0",
+        f"out={out}",
+        *extra,
+    ]
 
 
 def test_run_writes_every_output(tiny_target_dir, tmp_path):
@@ -55,8 +73,8 @@ def test_dialog_feeds_second_turn(tiny_target_dir, tmp_path):
     assert len(t0) == len(t1) == 2
     # the second turn's prompt is exactly the conversation with the first answer in it, as the
     # tokenizer's chat template builds it (and not the one without the answer)
-    from bench.models import load_tokenizer
-    from bench.prompting import encode
+    from groundfloor.models import load_tokenizer
+    from groundfloor.prompting import encode
     from tasks.loader import _task_cfg, load_prompts
 
     tok = load_tokenizer(str(tiny_target_dir))
@@ -64,8 +82,10 @@ def test_dialog_feeds_second_turn(tiny_target_dir, tmp_path):
         assert a["prompt_id"] == b["prompt_id"] == prompt.id
         answer = tok.decode(a["output_ids"], skip_special_tokens=True)
         first = [{"role": "user", "content": prompt.turns[0]}]
-        fed = first + [{"role": "assistant", "content": answer},
-                       {"role": "user", "content": prompt.turns[1]}]
+        fed = first + [
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": prompt.turns[1]},
+        ]
         unfed = first + [{"role": "user", "content": prompt.turns[1]}]
         assert a["prompt_tokens"] == len(encode(tok, first, True))
         assert b["prompt_tokens"] == len(encode(tok, fed, True))
@@ -85,20 +105,26 @@ def test_sweep_runs_each_job(tiny_target_dir, tmp_path):
 # method's own checks, model loading); every rule and knob has its in-process case in
 # tests/test_knobs.py
 BAD = [
-    (["method=eagle9"], "method='eagle9' is unknown; choose one of: ar, draft, eagle, eagle3, "
-                        "hf_assisted, hf_pld, lookahead, medusa, ngram, oracle, recycling, sam, "
-                        "suffix"),
-    (["method=hf_pld", "engine=lean"], "method=hf_pld runs transformers' generate() and needs "
-                                       "engine=hf"),
+    (
+        ["method=eagle9"],
+        "method='eagle9' is unknown; choose one of: ar, draft, eagle, eagle3, "
+        "hf_assisted, hf_pld, lookahead, medusa, ngram, oracle, recycling, sam, "
+        "suffix",
+    ),
+    (
+        ["method=hf_pld", "engine=lean"],
+        "method=hf_pld runs transformers' generate() and needs engine=hf",
+    ),
     (["method=hf_assisted", "method.schedule=often"], "method.schedule='often' is not valid"),
     (["task=nope"], "task='nope' is unknown"),
     (["model=nope"], "model='nope' is unknown"),
     (["tempreature=1"], "unknown setting 'tempreature'"),
     (["k=0"], "k=0 is not valid"),
-    (["model.dtype=float8"], "model.dtype='float8' is not valid; choose one of: auto, float32, "
-                             "bfloat16, float16"),
-    (["engine=turbo"], "engine='turbo' is not valid; choose one of: auto, hf, lean, "
-                          "openai"),
+    (
+        ["model.dtype=float8"],
+        "model.dtype='float8' is not valid; choose one of: auto, float32, bfloat16, float16",
+    ),
+    (["engine=turbo"], "engine='turbo' is not valid; choose one of: auto, hf, lean, openai"),
     (["k=abc"], "k='abc' is not valid; k takes an integer"),
     (["limit=abc"], "limit='abc' is not valid; limit takes an integer"),
     (["temperature=hot"], "temperature='hot' is not valid; temperature takes a number"),
@@ -109,21 +135,30 @@ BAD = [
     (["method.foo=1"], "method.foo: ngram has no knob 'foo'; its knobs: k, min_n, max_n"),
     (["method=medusa", "method.num_heads=two"], "method.num_heads='two' is not valid for medusa"),
     (["model.kernel=onednn", "model.weights=int4"], "model.kernel=onednn runs float32 weights"),
-    (["model.weights=int3"], "model.weights='int3' is not valid; choose one of: auto, float32, "
-                             "bfloat16, float16, int8, int4"),
+    (
+        ["model.weights=int3"],
+        "model.weights='int3' is not valid; choose one of: auto, float32, "
+        "bfloat16, float16, int8, int4",
+    ),
     (["model.kernel=fast"], "model.kernel='fast' is not valid; choose one of: auto, aten, onednn"),
     (["engine=openai"], "engine=openai needs a server: server=llamacpp|sglang|vllm"),
     (["server=vllm"], "server=vllm needs engine=openai"),
-    (["engine=openai", "server=vllm", "server.venv=/nonexistent", "server.cmd=[nosuchserver]"],
-     "server=vllm: 'nosuchserver' is not in /nonexistent/bin or PATH"),
-    (["engine=openai", "server=vllm", "method=medusa"], "server=vllm has no speculative "
-                                                        "arguments for method=medusa"),
+    (
+        ["engine=openai", "server=vllm", "server.venv=/nonexistent", "server.cmd=[nosuchserver]"],
+        "server=vllm: 'nosuchserver' is not in /nonexistent/bin or PATH",
+    ),
+    (
+        ["engine=openai", "server=vllm", "method=medusa"],
+        "server=vllm has no speculative arguments for method=medusa",
+    ),
     (["engine=hf", "model.weights=int4"], "model.weights='int4' needs engine=lean"),
     (["device=tpu"], "device='tpu' is unknown"),
     (["model=hf", "model.target=/nonexistent/model"], "cannot load model '/nonexistent/model'"),
     (["method=draft", "model.draft=null"], "method=draft needs a draft model"),
-    (["method=eagle3", "method.heads=/nonexistent"], "method.heads='/nonexistent' is not a "
-                                                      "directory"),
+    (
+        ["method=eagle3", "method.heads=/nonexistent"],
+        "method.heads='/nonexistent' is not a directory",
+    ),
     (["method=eagle", "method.total_tokens=lots"], "method.total_tokens='lots' is not valid"),
 ]
 
@@ -150,6 +185,7 @@ def test_malformed_jsonl_names_file_and_line(tmp_path):
 
 def test_vocab_mismatch_refused(tiny_target_dir, tmp_path):
     from conftest import save_tiny, tiny_tokenizer
+
     d = save_tiny(tmp_path / "other", seed=3)
     tok = tiny_tokenizer()
     tok.add_tokens(["zzz"])
@@ -164,8 +200,7 @@ def test_interrupted_run_keeps_finished_prompts(tiny_target_dir, tmp_path, monke
     from bench.runner import Runner
     from methods.ngram import NGram
 
-    cfg = compose(["method=ngram", *tiny_args(tiny_target_dir, tmp_path, "repeats=1"),
-                   "warmup=0"])
+    cfg = compose(["method=ngram", *tiny_args(tiny_target_dir, tmp_path, "repeats=1"), "warmup=0"])
     runner = Runner(cfg, tmp_path)
     calls = {"n": 0}
 

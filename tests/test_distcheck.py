@@ -4,6 +4,7 @@ The tiny random models are close to uniform over their 128 tokens, so the run-le
 top_k=8: a few hundred samples then spread over few enough tokens for the chi-square test to have
 power. Their draft is the target cut to its first layer, so that drafts are accepted and rejected.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,30 +13,45 @@ import random
 
 import pytest
 import torch
+from conftest import compose, save_with_tokenizer
+from test_lossless_greedy import make_ctx, method, prompts
 
-from bench.clock import Clock
 from bench.distcheck import END, bonferroni, two_sample_pvalue
 from bench.loop import generate
 from bench.runner import execute
-from bench.sampling import SamplingParams
-from conftest import compose, save_with_tokenizer
+from groundfloor.clock import Clock
+from groundfloor.sampling import SamplingParams
 from methods.base import Method
 from methods.ngram import NGram
-from test_lossless_greedy import make_ctx, method, prompts
 
 
 def tiny_run(target, out, *extra):
-    return ["model=hf", f"model.target={target}", "model.dtype=float32", "device=cpu",
-            "task=code", "limit=1", "max_new_tokens=8", "repeats=1", "warmup=0",
-            "remeasure=0",
-            "temperature=1", "top_k=8", "check=distribution", "dist_samples=200",
-            "dist_positions=3", f"out={out}", *extra]
+    return [
+        "model=hf",
+        f"model.target={target}",
+        "model.dtype=float32",
+        "device=cpu",
+        "task=code",
+        "limit=1",
+        "max_new_tokens=8",
+        "repeats=1",
+        "warmup=0",
+        "remeasure=0",
+        "temperature=1",
+        "top_k=8",
+        "check=distribution",
+        "dist_samples=200",
+        "dist_positions=3",
+        f"out={out}",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
 def cut_draft_dir(tiny_target_dir, tmp_path_factory):
     """The tiny target's first layer alone: a draft that agrees with the target in part."""
     from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(tiny_target_dir)
     model.model.layers = model.model.layers[:1]
     model.config.num_hidden_layers = 1
@@ -46,6 +62,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # many small ops: a second t
 
 
 # --- the two-sample test itself ---------------------------------------------------------------
+
 
 def test_two_sample_pvalue_same_and_different():
     rng = random.Random(0)
@@ -76,9 +93,22 @@ def test_two_sample_power():
 
     def caught(shift, trials=300):
         other = [base[0] - shift, base[1] + shift] + base[2:]
-        return sum(bonferroni([two_sample_pvalue(rng.choices(range(5), base, k=200),
-                                                 rng.choices(range(5), other, k=200))[0]] * 5)
-                   < 0.01 for _ in range(trials)) / trials
+        return (
+            sum(
+                bonferroni(
+                    [
+                        two_sample_pvalue(
+                            rng.choices(range(5), base, k=200), rng.choices(range(5), other, k=200)
+                        )[0]
+                    ]
+                    * 5
+                )
+                < 0.01
+                for _ in range(trials)
+            )
+            / trials
+        )
+
     assert caught(0.0) <= 0.02
     assert 0.05 <= caught(0.1) <= 0.2
     assert 0.75 <= caught(0.2) <= 0.95
@@ -86,9 +116,11 @@ def test_two_sample_power():
 
 # --- seeded reproducibility -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["ngram", "draft"])
 def test_same_seed_same_tokens(name, tiny_draft_dir):
     from conftest import tiny_llama
+
     ctx = make_ctx(tiny_llama(0), 3)
     m = method(name, ctx, **({"model": str(tiny_draft_dir)} if name == "draft" else {}))
     sp = SamplingParams(1.0)
@@ -99,22 +131,31 @@ def test_same_seed_same_tokens(name, tiny_draft_dir):
         res = generate(m, p, 24, sp, set(), Clock(torch.device("cpu")), g)
         assert res.drafted_tokens > 0
         return res.output_ids
+
     assert tokens(7) == tokens(7) == tokens(7)
     assert tokens(7) != tokens(8)
 
 
 # --- the run-level check ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["ngram", "draft"])
-def test_check_distribution_passes_a_lossless_method(name, tiny_target_dir, cut_draft_dir,
-                                                     tmp_path):
+def test_check_distribution_passes_a_lossless_method(
+    name, tiny_target_dir, cut_draft_dir, tmp_path
+):
     extra = [f"model.draft={cut_draft_dir}"] if name == "draft" else []
-    summary, _, _ = execute(compose([f"method={name}", *tiny_run(tiny_target_dir, tmp_path,
-                                                                  *extra)]), tmp_path)
+    summary, _, _ = execute(
+        compose([f"method={name}", *tiny_run(tiny_target_dir, tmp_path, *extra)]), tmp_path
+    )
     ev = json.loads((tmp_path / "distcheck.json").read_text())
     assert ev["samples"] == 200
-    assert [t["test"] for t in ev["tests"]] == ["token 1", "token 2", "prefix 1..2", "token 3",
-                                                 "prefix 1..3"]
+    assert [t["test"] for t in ev["tests"]] == [
+        "token 1",
+        "token 2",
+        "prefix 1..2",
+        "token 3",
+        "prefix 1..3",
+    ]
     # up to 1..2 there are enough samples to compare (1..3 is spread too thin: pooled, p = 1)
     assert min(t["bins"] for t in ev["tests"][:3]) >= 3
     assert 0 < ev["accepted_tokens"] < ev["drafted_tokens"]  # both accept and reject happened
@@ -124,23 +165,30 @@ def test_check_distribution_passes_a_lossless_method(name, tiny_target_dir, cut_
     assert {r["dist_pvalue"] for r in recs if r["role"] == "method"} == {ev["dist_pvalue"]}
 
 
-def test_check_distribution_catches_argmax_at_positive_temperature(tiny_target_dir, tmp_path,
-                                                                   monkeypatch):
+def test_check_distribution_catches_argmax_at_positive_temperature(
+    tiny_target_dir, tmp_path, monkeypatch
+):
     """The SGLang-style bug: the method's verification takes argmax although T > 0."""
+
     def argmax_accept(self, state, proposal, logits):
-        return Method.accept(self, dataclasses.replace(state, sampling=SamplingParams()),
-                             proposal, logits)
+        return Method.accept(
+            self, dataclasses.replace(state, sampling=SamplingParams()), proposal, logits
+        )
+
     monkeypatch.setattr(NGram, "accept", argmax_accept)
-    summary, _, _ = execute(compose(["method=ngram", *tiny_run(tiny_target_dir, tmp_path)]),
-                            tmp_path)
+    summary, _, _ = execute(
+        compose(["method=ngram", *tiny_run(tiny_target_dir, tmp_path)]), tmp_path
+    )
     assert summary.dist_pvalue.iloc[0] < 1e-3
 
 
 def test_check_distribution_seeds_are_reproducible(tiny_target_dir, tmp_path):
     runs = []
     for d in ("a", "b"):
-        execute(compose(["method=ngram", *tiny_run(tiny_target_dir, tmp_path / d,
-                                                   "dist_samples=30")]), tmp_path / d)
+        execute(
+            compose(["method=ngram", *tiny_run(tiny_target_dir, tmp_path / d, "dist_samples=30")]),
+            tmp_path / d,
+        )
         runs.append(json.loads((tmp_path / d / "distcheck.json").read_text()))
     assert runs[0]["counts_per_position"] == runs[1]["counts_per_position"]
 
@@ -154,9 +202,22 @@ def test_two_sample_power_at_the_sample_count_the_planted_bug_tests_use():
 
     def caught(shift, n=1500, trials=200):
         other = [base[0] - shift, base[1] + shift] + base[2:]
-        return sum(bonferroni([two_sample_pvalue(rng.choices(range(5), base, k=n),
-                                                 rng.choices(range(5), other, k=n))[0]] * 5)
-                   < 0.01 for _ in range(trials)) / trials
+        return (
+            sum(
+                bonferroni(
+                    [
+                        two_sample_pvalue(
+                            rng.choices(range(5), base, k=n), rng.choices(range(5), other, k=n)
+                        )[0]
+                    ]
+                    * 5
+                )
+                < 0.01
+                for _ in range(trials)
+            )
+            / trials
+        )
+
     assert caught(0.0) <= 0.03
     assert caught(0.1) >= 0.9
 
@@ -167,10 +228,12 @@ def _resample_from_p(p, q):
     return p
 
 
-@pytest.mark.parametrize("name,module", [("draft", "bench.sampling"),
-                                         ("medusa", "bench.tree")])
-def test_check_distribution_catches_a_missing_residual(name, module, tiny_target_dir,
-                                                       cut_draft_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "name,module", [("draft", "groundfloor.sampling"), ("medusa", "groundfloor.tree")]
+)
+def test_check_distribution_catches_a_missing_residual(
+    name, module, tiny_target_dir, cut_draft_dir, tmp_path, monkeypatch
+):
     """A run-level bug in a chain method (draft, sampled q) and in a tree method (Medusa's
     point-mass siblings): the lossless run passes, the one with the residual planted out fails."""
     import importlib
@@ -178,19 +241,30 @@ def test_check_distribution_catches_a_missing_residual(name, module, tiny_target
     if name == "draft":
         extra = [f"model.draft={cut_draft_dir}"]
     else:
-        from bench.models import load_model
-        from drafters import medusa as heads_io
         from test_medusa import random_heads
+
+        from drafters import medusa as heads_io
+        from groundfloor.models import load_model
+
         tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
-        heads_io.save(random_heads(tgt.get_output_embeddings().weight.shape[1], 3, 4),
-                      tmp_path / "heads", "tiny")
+        heads_io.save(
+            random_heads(tgt.get_output_embeddings().weight.shape[1], 3, 4),
+            tmp_path / "heads",
+            "tiny",
+        )
         extra = [f"method.heads={tmp_path / 'heads'}", "method.tree=medium"]
-    args = [f"method={name}", *tiny_run(tiny_target_dir, tmp_path / "ok", *extra),
-            "dist_samples=1500"]
+    args = [
+        f"method={name}",
+        *tiny_run(tiny_target_dir, tmp_path / "ok", *extra),
+        "dist_samples=1500",
+    ]
     summary, _, _ = execute(compose(args), tmp_path / "ok")
     assert summary.dist_pvalue.iloc[0] > 0.01
     monkeypatch.setattr(importlib.import_module(module), "residual", _resample_from_p)
-    args = [f"method={name}", *tiny_run(tiny_target_dir, tmp_path / "bug", *extra),
-            "dist_samples=1500"]
+    args = [
+        f"method={name}",
+        *tiny_run(tiny_target_dir, tmp_path / "bug", *extra),
+        "dist_samples=1500",
+    ]
     summary, _, _ = execute(compose(args), tmp_path / "bug")
     assert summary.dist_pvalue.iloc[0] < 0.01  # the level docs/sampling.md reads p at

@@ -1,24 +1,26 @@
 """EAGLE-2 / EAGLE-3: head layouts (ours and the authors' published ones), training-time-test
 masks against inference drafting, greedy exactness of the dynamic tree, sampling, training."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
-from omegaconf import OmegaConf
-
-from bench import budget
-from bench.runner import build_method, execute
-from drafters import eagle as eagle_io
-from bench.train.eagle_spec import EagleSpec, unroll_mask
 from conftest import compose, tiny_llama
 from forced import run_forced
-from engines.load import wrap
-from methods.eagle import HeadCache
+from omegaconf import OmegaConf
 from test_distcheck import tiny_run
 from test_lossless_greedy import make_ctx, prompts, run
 from test_train import TINY_DISTILL
+
+from bench.runner import execute
+from bench.train.eagle_spec import EagleSpec, unroll_mask
+from drafters import eagle as eagle_io
+from engines.load import wrap
+from methods import budget
+from methods.eagle import HeadCache
+from methods.registry import build_method
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -49,17 +51,36 @@ def save_head(target, kind, path, seed=0):
 
 def write_published_config(path, hidden, inter, **fields):
     """config.json as the EAGLE authors publish it: plain LlamaConfig fields, rope_theta."""
-    (path / "config.json").write_text(json.dumps({
-        "hidden_size": hidden, "intermediate_size": inter, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "num_hidden_layers": 1, "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0, "vocab_size": 128, "max_position_embeddings": 1024,
-        "hidden_act": "silu", **fields}))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "hidden_size": hidden,
+                "intermediate_size": inter,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "num_hidden_layers": 1,
+                "rms_norm_eps": 1e-6,
+                "rope_theta": 10000.0,
+                "vocab_size": 128,
+                "max_position_embeddings": 1024,
+                "hidden_act": "silu",
+                **fields,
+            }
+        )
+    )
 
 
 def eagle_method(target, kind, path, **kw):
-    node = {"_target_": f"methods.{kind}.{'Eagle' if kind == 'eagle' else 'Eagle3'}",
-            "name": kind, "k": 4, "heads": str(path), "top_k": 3, "total_tokens": 10,
-            "budget_ratio": 1.5, **kw}
+    node = {
+        "_target_": f"methods.{kind}.{'Eagle' if kind == 'eagle' else 'Eagle3'}",
+        "name": kind,
+        "k": 4,
+        "heads": str(path),
+        "top_k": 3,
+        "total_tokens": 10,
+        "budget_ratio": 1.5,
+        **kw,
+    }
     return build_method(OmegaConf.create(node), make_ctx(target))
 
 
@@ -84,16 +105,19 @@ def test_published_eagle1_checkpoint_loads(target, tmp_path):
     an embed_tokens copy, and a plain LlamaConfig with rope_theta."""
     H, I = 32, 64
     hd = 8
-    sd = {"fc.weight": torch.randn(H, 2 * H), "fc.bias": torch.randn(H),
-          "embed_tokens.weight": torch.randn(128, H),
-          "layers.0.self_attn.q_proj.weight": torch.randn(4 * hd, H),
-          "layers.0.self_attn.k_proj.weight": torch.randn(2 * hd, H),
-          "layers.0.self_attn.v_proj.weight": torch.randn(2 * hd, H),
-          "layers.0.self_attn.o_proj.weight": torch.randn(H, 4 * hd),
-          "layers.0.mlp.gate_proj.weight": torch.randn(I, H),
-          "layers.0.mlp.up_proj.weight": torch.randn(I, H),
-          "layers.0.mlp.down_proj.weight": torch.randn(H, I),
-          "layers.0.post_attention_layernorm.weight": torch.randn(H)}
+    sd = {
+        "fc.weight": torch.randn(H, 2 * H),
+        "fc.bias": torch.randn(H),
+        "embed_tokens.weight": torch.randn(128, H),
+        "layers.0.self_attn.q_proj.weight": torch.randn(4 * hd, H),
+        "layers.0.self_attn.k_proj.weight": torch.randn(2 * hd, H),
+        "layers.0.self_attn.v_proj.weight": torch.randn(2 * hd, H),
+        "layers.0.self_attn.o_proj.weight": torch.randn(H, 4 * hd),
+        "layers.0.mlp.gate_proj.weight": torch.randn(I, H),
+        "layers.0.mlp.up_proj.weight": torch.randn(I, H),
+        "layers.0.mlp.down_proj.weight": torch.randn(H, I),
+        "layers.0.post_attention_layernorm.weight": torch.randn(H),
+    }
     torch.save(sd, tmp_path / "pytorch_model.bin")
     write_published_config(tmp_path, H, I, architectures=["LlamaForCausalLM"], bias=True)
     head, _ = eagle_io.load(tmp_path, target)
@@ -101,7 +125,7 @@ def test_published_eagle1_checkpoint_loads(target, tmp_path):
     assert torch.equal(head.layers[0].mlp.down_proj.weight, sd["layers.0.mlp.down_proj.weight"])
     assert head.embed.data_ptr() == target.embed_weight.data_ptr()
     m = eagle_method(target, "eagle", tmp_path)
-    base = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(target))
+    base = build_method("ar", make_ctx(target))
     for p in prompts(2, seed=3):
         assert run(m, p, n=20).output_ids == run(base, p, n=20).output_ids
 
@@ -111,36 +135,42 @@ def test_published_eagle3_checkpoint_loads(target, tmp_path):
     vocabulary, d2t as offsets and t2d as a boolean mask."""
     H, I, hd, Vd = 32, 64, 8, 40
     keep = torch.randperm(128)[:Vd].sort().values
-    sd = {"fc.weight": torch.randn(H, 3 * H), "norm.weight": torch.ones(H),
-          "lm_head.weight": torch.randn(Vd, H),
-          "d2t": keep - torch.arange(Vd),
-          "t2d": torch.zeros(128, dtype=torch.bool).index_fill_(0, keep, True),
-          "midlayer.hidden_norm.weight": torch.ones(H),
-          "midlayer.input_layernorm.weight": torch.ones(H),
-          "midlayer.post_attention_layernorm.weight": torch.ones(H),
-          "midlayer.self_attn.q_proj.weight": torch.randn(4 * hd, 2 * H),
-          "midlayer.self_attn.k_proj.weight": torch.randn(2 * hd, 2 * H),
-          "midlayer.self_attn.v_proj.weight": torch.randn(2 * hd, 2 * H),
-          "midlayer.self_attn.o_proj.weight": torch.randn(H, 4 * hd),
-          "midlayer.mlp.gate_proj.weight": torch.randn(I, H),
-          "midlayer.mlp.up_proj.weight": torch.randn(I, H),
-          "midlayer.mlp.down_proj.weight": torch.randn(H, I)}
+    sd = {
+        "fc.weight": torch.randn(H, 3 * H),
+        "norm.weight": torch.ones(H),
+        "lm_head.weight": torch.randn(Vd, H),
+        "d2t": keep - torch.arange(Vd),
+        "t2d": torch.zeros(128, dtype=torch.bool).index_fill_(0, keep, True),
+        "midlayer.hidden_norm.weight": torch.ones(H),
+        "midlayer.input_layernorm.weight": torch.ones(H),
+        "midlayer.post_attention_layernorm.weight": torch.ones(H),
+        "midlayer.self_attn.q_proj.weight": torch.randn(4 * hd, 2 * H),
+        "midlayer.self_attn.k_proj.weight": torch.randn(2 * hd, 2 * H),
+        "midlayer.self_attn.v_proj.weight": torch.randn(2 * hd, 2 * H),
+        "midlayer.self_attn.o_proj.weight": torch.randn(H, 4 * hd),
+        "midlayer.mlp.gate_proj.weight": torch.randn(I, H),
+        "midlayer.mlp.up_proj.weight": torch.randn(I, H),
+        "midlayer.mlp.down_proj.weight": torch.randn(H, I),
+    }
     from safetensors.torch import save_file
+
     save_file(sd, str(tmp_path / "model.safetensors"))
-    write_published_config(tmp_path, H, I, architectures=["LlamaForCausalLMEagle3"],
-                           draft_vocab_size=Vd)
+    write_published_config(
+        tmp_path, H, I, architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=Vd
+    )
     head, _ = eagle_io.load(tmp_path, target)
     assert head.kind == "eagle3" and torch.equal(head.d2t, keep)
     assert head.target_layers == [2, 2, 1]  # [2, N // 2, N - 3] for the 4-layer target
     assert torch.equal(head.to_target(torch.tensor([0, Vd - 1])), keep[[0, -1]])
     m = eagle_method(target, "eagle3", tmp_path)
-    base = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(target))
+    base = build_method("ar", make_ctx(target))
     for p in prompts(2, seed=5):
         assert run(m, p, n=20).output_ids == run(base, p, n=20).output_ids
 
 
 def test_wrong_kind_is_one_clear_error(target, tmp_path):
-    from bench.errors import UserError
+    from groundfloor.errors import UserError
+
     save_head(target, "eagle", tmp_path)
     with pytest.raises(UserError, match="holds an eagle head; use method=eagle"):
         eagle_method(target, "eagle3", tmp_path)
@@ -170,8 +200,9 @@ def test_unrolled_training_matches_inference_drafting(target):
         for j in (2, 3):
             c = s - j + 2  # true positions 0..c-1 in the cache
             cache = HeadCache()
-            o, k, v = head(feat[:, :c], ids[:, :c], pos[:, :c],
-                           unroll_mask(c, 1, torch.float32, "cpu"))
+            o, k, v = head(
+                feat[:, :c], ids[:, :c], pos[:, :c], unroll_mask(c, 1, torch.float32, "cpu")
+            )
             cache.append(k, v)
             f = o[:, -1:]
             for d in range(1, j):
@@ -184,14 +215,19 @@ def test_unrolled_training_matches_inference_drafting(target):
 
 
 @pytest.mark.parametrize("kind", ["eagle", "eagle3"])
-@pytest.mark.parametrize("knobs", [{"k": 4, "top_k": 3, "total_tokens": 10},
-                                   {"k": 1, "top_k": 1, "total_tokens": 1},
-                                   {"k": 6, "top_k": 4, "total_tokens": "auto"}])
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"k": 4, "top_k": 3, "total_tokens": 10},
+        {"k": 1, "top_k": 1, "total_tokens": 1},
+        {"k": 6, "top_k": 4, "total_tokens": "auto"},
+    ],
+)
 def test_dynamic_tree_reproduces_ar(target, tmp_path, kind, knobs):
     d = save_head(target, kind, tmp_path / "head", seed=3)
     m = eagle_method(target, kind, d, **knobs)
-    ar = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(target))
-    pool = m.top_k + m.top_k ** 2 * (m.depth - 1)  # nodes drafted before the best are kept
+    ar = build_method("ar", make_ctx(target))
+    pool = m.top_k + m.top_k**2 * (m.depth - 1)  # nodes drafted before the best are kept
     for p in prompts(4, seed=11):
         base, res = run(ar, p), run(m, p)
         assert res.output_ids == base.output_ids
@@ -212,12 +248,23 @@ def test_budget_choice():
 
 @pytest.mark.parametrize("kind", ["eagle", "eagle3"])
 def test_check_distribution_passes(kind, tiny_target_dir, tmp_path):
-    from bench.models import load_model
+    from groundfloor.models import load_model
+
     tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
     d = save_head(tgt, kind, tmp_path / "head", seed=4)
-    summary, _, _ = execute(compose([f"method={kind}", f"method.heads={d}", "method.top_k=4",
-                                     "method.total_tokens=12", "k=3",
-                                     *tiny_run(tiny_target_dir, tmp_path)]), tmp_path)
+    summary, _, _ = execute(
+        compose(
+            [
+                f"method={kind}",
+                f"method.heads={d}",
+                "method.top_k=4",
+                "method.total_tokens=12",
+                "k=3",
+                *tiny_run(tiny_target_dir, tmp_path),
+            ]
+        ),
+        tmp_path,
+    )
     ev = json.loads((tmp_path / "distcheck.json").read_text())
     assert 0 < ev["accepted_tokens"] < ev["drafted_tokens"]
     assert summary.dist_pvalue.iloc[0] > 0.01
@@ -225,25 +272,42 @@ def test_check_distribution_passes(kind, tiny_target_dir, tmp_path):
 
 @pytest.mark.parametrize("kind", ["eagle", "eagle3"])
 def test_training_learns_and_the_head_is_exact(kind, tiny_target_dir, tmp_path, monkeypatch):
-    from bench.models import load_model
     from bench.train import distill, loop
+    from groundfloor.models import load_model
+
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "cache"))
     tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
     words = "write a short poem about the sea and explain the answer step by step".split()
-    rows = [{"question_id": f"t{i}", "category": "general",
-             "turns": [" ".join(words[i % 5: i % 5 + 6])]} for i in range(10)]
+    rows = [
+        {
+            "question_id": f"t{i}",
+            "category": "general",
+            "turns": [" ".join(words[i % 5 : i % 5 + 6])],
+        }
+        for i in range(10)
+    ]
     data = distill.build(str(tiny_target_dir), rows, 20, [0, 1, -1], TINY_DISTILL, batch=5)
-    spec = EagleSpec(data, tgt, kind, steps=2 if kind == "eagle3" else 1, eval_steps=2,
-                     vocab_size=48, batch_size=4, holdout=0.3, base="tiny", layers=None
-                     if kind == "eagle" else [0, 1, 1])
+    spec = EagleSpec(
+        data,
+        tgt,
+        kind,
+        steps=2 if kind == "eagle3" else 1,
+        eval_steps=2,
+        vocab_size=48,
+        batch_size=4,
+        holdout=0.3,
+        base="tiny",
+        layers=None if kind == "eagle" else [0, 1, 1],
+    )
     before = loop.evaluate(spec)
     assert len(before["top1_per_pos"]) == 2
-    result = loop.train(spec, tmp_path / "w", steps=25, lr=3e-3, warmup=2, ckpt_every=10,
-                        eval_every=10)
+    result = loop.train(
+        spec, tmp_path / "w", steps=25, lr=3e-3, warmup=2, ckpt_every=10, eval_every=10
+    )
     assert result["loss_per_pos"][0] < before["loss_per_pos"][0]
     spec.save(tmp_path / "head", result)
     m = eagle_method(tgt, kind, tmp_path / "head")
-    ar = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(tgt))
+    ar = build_method("ar", make_ctx(tgt))
     for p in prompts(3, seed=2):
         assert run(m, p, n=24).output_ids == run(ar, p, n=24).output_ids
 
@@ -251,11 +315,16 @@ def test_training_learns_and_the_head_is_exact(kind, tiny_target_dir, tmp_path, 
 def test_frequency_ranked_draft_vocabulary(target, tmp_path):
     """draft_vocab=N drafts only among the N most frequent ids and stays exact."""
     frequent = list(range(127, 7, -3))  # ids by decreasing frequency
-    eagle_io.save(random_head(target, "eagle", 5), tmp_path, "tiny", dtype=torch.float32,
-                  extra={"frequent_ids": frequent})
+    eagle_io.save(
+        random_head(target, "eagle", 5),
+        tmp_path,
+        "tiny",
+        dtype=torch.float32,
+        extra={"frequent_ids": frequent},
+    )
     m = eagle_method(target, "eagle", tmp_path, draft_vocab=12)
     assert m.info["draft_vocab"] == 12
-    ar = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, make_ctx(target))
+    ar = build_method("ar", make_ctx(target))
     seen = set()
     real_draft = m.draft
 
@@ -263,6 +332,7 @@ def test_frequency_ranked_draft_vocabulary(target, tmp_path):
         prop = real_draft(state)
         seen.update(prop.tokens.tolist())
         return prop
+
     m.draft = spy
     for p in prompts(3, seed=9):
         assert run(m, p, n=24).output_ids == run(ar, p, n=24).output_ids

@@ -3,22 +3,24 @@
 Logits at every position of a prompt and of a tree-masked forward, hidden states, greedy
 outputs, cache rollback and path keeping, and the int8/int4 weight formats.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from bench.errors import UserError
 from engines.base import tree_mask
 from engines.load import load
+from groundfloor.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def engines(path, dtype="float32", weights=None):
     hf, _ = load(str(path), "cpu", engine="hf", dtype=dtype)
-    lean, _ = load(str(path), "cpu", engine="lean", dtype=dtype, weights=weights or dtype,
-                   kernel="aten")
+    lean, _ = load(
+        str(path), "cpu", engine="lean", dtype=dtype, weights=weights or dtype, kernel="aten"
+    )
     return hf, lean
 
 
@@ -63,8 +65,10 @@ def test_lean_matches_hf_incrementally_and_on_a_tree(pair):
         anc[j] |= anc[p]
         depth[j] = depth[p] + 1
     toks = ids[:, 20:27]
-    outs = [e.forward(toks, c, positions=(20 + depth)[None], mask=tree_mask(anc, 20))
-            for e, c in zip(pair, caches)]
+    outs = [
+        e.forward(toks, c, positions=(20 + depth)[None], mask=tree_mask(anc, 20))
+        for e, c in zip(pair, caches)
+    ]
     assert close(outs[1].logits, outs[0].logits, 1e-4)
     # row 3 (root → row 1 → row 3) equals decoding that path sequentially
     path = [0, 1, 3]
@@ -109,16 +113,22 @@ def test_static_cache_grows_past_capacity(pair):
 
 
 def test_ar_outputs_identical_between_engines(pair):
-    from bench.clock import Clock
     from bench.loop import generate
-    from bench.runner import AR_CFG, Context, build_method
-    from bench.sampling import SamplingParams
+    from groundfloor.clock import Clock
+    from groundfloor.sampling import SamplingParams
+    from methods.registry import Context, build_method
 
     outs = []
     for e in pair:
         ctx = Context(e, None, torch.device("cpu"), e.dtype, None)
-        res = generate(build_method(AR_CFG, ctx), prompt(12, seed=4)[0].tolist(), 30,
-                       SamplingParams(), set(), Clock(torch.device("cpu")))
+        res = generate(
+            build_method("ar", ctx),
+            prompt(12, seed=4)[0].tolist(),
+            30,
+            SamplingParams(),
+            set(),
+            Clock(torch.device("cpu")),
+        )
         outs.append(res.output_ids)
     assert outs[0] == outs[1] and len(outs[0]) == 30
 
@@ -137,9 +147,17 @@ def test_other_llama_family_architectures(tmp_path, kind):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(0)
-    cfg = AutoConfig.for_model(kind, vocab_size=128, hidden_size=64, intermediate_size=96,
-                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                               max_position_embeddings=256, tie_word_embeddings=kind == "qwen2")
+    cfg = AutoConfig.for_model(
+        kind,
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=kind == "qwen2",
+    )
     model = AutoModelForCausalLM.from_config(cfg).eval()
     if kind == "qwen2":  # make the q/k/v biases matter
         for layer in model.model.layers:
@@ -148,15 +166,17 @@ def test_other_llama_family_architectures(tmp_path, kind):
     model.save_pretrained(tmp_path)
     hf, lean = engines(tmp_path)
     ids = prompt(19)
-    assert close(lean.forward(ids, lean.new_cache(32)).logits,
-                 hf.forward(ids, hf.new_cache(32)).logits, 1e-4)
+    assert close(
+        lean.forward(ids, lean.new_cache(32)).logits, hf.forward(ids, hf.new_cache(32)).logits, 1e-4
+    )
 
 
 def test_unsupported_architecture_names_engine_hf(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)).save_pretrained(
-        tmp_path)
+        tmp_path
+    )
     with pytest.raises(UserError, match="engine=hf"):
         load(str(tmp_path), "cpu", engine="lean", dtype="float32")
     eng, choice = load(str(tmp_path), "cpu", engine="auto", dtype="float32")
@@ -169,6 +189,7 @@ def test_quantized_weights_on_hf_engine_refused(tiny_target_dir):
 
 
 # --- weight formats ---------------------------------------------------------------------------
+
 
 def int4_case(seed=0, o=64, i=96):
     g = torch.Generator().manual_seed(seed)
@@ -238,12 +259,15 @@ def test_q4_1_blocks_map_onto_int4():
     from engines.gguf import Q4_1
 
     g = torch.Generator().manual_seed(1)
-    blk = Q4_1(torch.randint(0, 16, (32, 64), generator=g, dtype=torch.uint8),
-               torch.rand(32, 2, generator=g) * 0.05, torch.randn(32, 2, generator=g) * 0.1)
+    blk = Q4_1(
+        torch.randint(0, 16, (32, 64), generator=g, dtype=torch.uint8),
+        torch.rand(32, 2, generator=g) * 0.05,
+        torch.randn(32, 2, generator=g) * 0.1,
+    )
     native = build.fused([blk], "int4", "cpu", "native")
     assert torch.equal(native.dequantized(), blk.dequantize())  # exactly the shipped values
     aten = build.fused([blk], "int4", "cpu", "aten")
-    assert close(aten.dequantized(), blk.dequantize(), 2 ** -7)  # scales rounded to bf16
+    assert close(aten.dequantized(), blk.dequantize(), 2**-7)  # scales rounded to bf16
 
 
 def test_gguf_block_decoding():
@@ -260,31 +284,34 @@ def test_gguf_block_decoding():
     assert torch.equal(blk.q[0], torch.tensor(q, dtype=torch.uint8))
     assert torch.allclose(blk.dequantize()[0], torch.tensor(q * 0.5 - 1.0, dtype=torch.float32))
     q8 = np.arange(-16, 16, dtype=np.int8)
-    raw8 = np.concatenate([np.frombuffer(np.float16(0.25).tobytes(), np.uint8),
-                           q8.view(np.uint8)])[None]
-    assert torch.allclose(_q8_0(raw8).dequantize()[0], torch.tensor(q8 * 0.25,
-                                                                      dtype=torch.float32))
+    raw8 = np.concatenate([np.frombuffer(np.float16(0.25).tobytes(), np.uint8), q8.view(np.uint8)])[
+        None
+    ]
+    assert torch.allclose(_q8_0(raw8).dequantize()[0], torch.tensor(q8 * 0.25, dtype=torch.float32))
 
 
 @pytest.mark.parametrize("kernel", ["native", "aten"])
 @pytest.mark.parametrize("weights", ["int8", "int4"])
-def test_quantized_lean_matches_a_float_forward_over_its_own_values(tiny_target_dir, weights,
-                                                                     kernel):
+def test_quantized_lean_matches_a_float_forward_over_its_own_values(
+    tiny_target_dir, weights, kernel
+):
     """The quantized engine computes what a float forward over the dequantized weights does,
     within the bf16 activations its kernels take."""
     import copy
 
     from engines.formats import Linear
 
-    q, _ = load(str(tiny_target_dir), "cpu", engine="lean", dtype="float32", weights=weights,
-                kernel=kernel)
+    q, _ = load(
+        str(tiny_target_dir), "cpu", engine="lean", dtype="float32", weights=weights, kernel=kernel
+    )
     assert {m.kernel for m in q.model.modules() if isinstance(m, Linear)} == {kernel}
     ref = copy.deepcopy(q)
     for mod in ref.model.modules():  # swap every projection for float32 over its own values
         for name, child in list(mod.named_children()):
             if isinstance(child, Linear):
-                setattr(mod, name, Linear.from_float(child.dequantized(), "float32",
-                                                     bias=child.bias))
+                setattr(
+                    mod, name, Linear.from_float(child.dequantized(), "float32", bias=child.bias)
+                )
     ids = prompt(21)
     a = q.forward(ids, q.new_cache(32)).logits
     b = ref.forward(ids, ref.new_cache(32)).logits

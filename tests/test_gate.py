@@ -1,6 +1,7 @@
 """The regression gate: verdict rules on hand-made summaries, and the gate end to end on a tiny
 model, where an unchanged tree passes and planted regressions (a baseline demanding more; a
 config that drafts fewer tokens) make it exit non-zero."""
+
 from __future__ import annotations
 
 import json
@@ -8,16 +9,28 @@ import json
 import pytest
 import yaml
 
-from bench import gate
 from bench.config import group_options
-from bench.errors import UserError
-from bench.gate_rules import Tolerances, compare, env_problems
+from bench.gate import run as gate
+from bench.gate.rules import Tolerances, compare, env_problems
+from groundfloor.errors import UserError
 
 TOL = Tolerances(tau_tol=0.02, exact_match_tol=0.0, speedup_tol=0.15)
-BASE = {"ar": {"tau": 1.0, "exact_match": 1.0, "speedup": 1.0, "speedup_ci_low": 0.95,
-               "speedup_ci_high": 1.05},
-        "ngram": {"tau": 2.0, "exact_match": 1.0, "speedup": 1.6, "speedup_ci_low": 1.4,
-                  "speedup_ci_high": 1.8}}
+BASE = {
+    "ar": {
+        "tau": 1.0,
+        "exact_match": 1.0,
+        "speedup": 1.0,
+        "speedup_ci_low": 0.95,
+        "speedup_ci_high": 1.05,
+    },
+    "ngram": {
+        "tau": 2.0,
+        "exact_match": 1.0,
+        "speedup": 1.6,
+        "speedup_ci_low": 1.4,
+        "speedup_ci_high": 1.8,
+    },
+}
 
 
 def now(**changes):
@@ -61,8 +74,16 @@ def test_speedup_fails_only_when_interval_lies_below_tolerance():
 
 
 def test_rises_pass_and_are_reported():
-    rows = compare(BASE, now(ngram__tau=2.5, ngram__speedup=2.5, ngram__speedup_ci_low=2.2,
-                             ngram__speedup_ci_high=2.8), TOL)
+    rows = compare(
+        BASE,
+        now(
+            ngram__tau=2.5,
+            ngram__speedup=2.5,
+            ngram__speedup_ci_low=2.2,
+            ngram__speedup_ci_high=2.8,
+        ),
+        TOL,
+    )
     assert failed(rows) == []
     assert verdicts(rows)[("ngram", "tau")] == "better"
     assert verdicts(rows)[("ngram", "speedup")] == "better"
@@ -80,8 +101,10 @@ def test_missing_method_fails_and_new_method_passes():
 
 
 def test_baseline_from_another_model_blocks():
-    blocking, notes = env_problems({"model": "a", "device": "cpu", "dtype": "float32", "cpu": "x"},
-                                   {"model": "b", "device": "cpu", "dtype": "float32", "cpu": "y"})
+    blocking, notes = env_problems(
+        {"model": "a", "device": "cpu", "dtype": "float32", "cpu": "x"},
+        {"model": "b", "device": "cpu", "dtype": "float32", "cpu": "y"},
+    )
     assert len(blocking) == 1 and "model" in blocking[0] and "cpu" in notes[0]
 
 
@@ -98,8 +121,9 @@ def test_committed_experiment_and_baseline_agree():
     method the gate runs: a method that --update dropped (or that stopped running) fails here
     instead of passing forever as "new"."""
     exp = gate.load_experiment(gate.EXPERIMENT)
-    assert {"temperature=0", "model.weights=int8", "model.kernel=native",
-            "device=cpu"} <= set(exp["overrides"])
+    assert {"temperature=0", "model.weights=int8", "model.kernel=native", "device=cpu"} <= set(
+        exp["overrides"]
+    )
     base = json.loads(exp["baseline_path"].read_text())
     assert base["overrides"] == exp["overrides"]
     gated = set(gate.method_names(exp))
@@ -112,17 +136,33 @@ def test_committed_experiment_and_baseline_agree():
 @pytest.fixture
 def experiment(tiny_target_dir, tmp_path):
     path = tmp_path / "gate.yaml"
-    path.write_text(yaml.safe_dump({
-        "overrides": ["model=hf", f"model.target={tiny_target_dir}", "model.dtype=float32",
-                      "device=cpu", "task=code", "limit=2", "max_new_tokens=16", "repeats=2",
-                      "remeasure=0",
-                      "warmup=0", "temperature=0", "device.threads=1"],
-        "methods": ["ar", "ngram", "draft"],  # draft: skipped, no drafter configured
-        "method_overrides": {"ngram": ["method.max_n=3"]},
-        "baseline": "baseline.json",
-        "tau_tol": 0.02, "exact_match_tol": 0.0,
-        "speedup_tol": 0.9,  # tiny-model timings are noise; τ and exact_match are the plants
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "overrides": [
+                    "model=hf",
+                    f"model.target={tiny_target_dir}",
+                    "model.dtype=float32",
+                    "device=cpu",
+                    "task=code",
+                    "limit=2",
+                    "max_new_tokens=16",
+                    "repeats=2",
+                    "remeasure=0",
+                    "warmup=0",
+                    "temperature=0",
+                    "device.threads=1",
+                ],
+                "methods": ["ar", "ngram", "draft"],  # draft: skipped, no drafter configured
+                "method_overrides": {"ngram": ["method.max_n=3"]},
+                "baseline": "baseline.json",
+                "tau_tol": 0.02,
+                "exact_match_tol": 0.0,
+                # tiny-model timings are noise; τ and exact_match are the plants
+                "speedup_tol": 0.9,
+            }
+        )
+    )
     return path
 
 

@@ -1,22 +1,35 @@
 """transformers' own speculative modes as in-run peers (`hf_pld`, `hf_assisted`): driven whole
 by bench.wholeturn under our clock, budget and EOS rule, and exact against our `ar` at T = 0."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
-
-from bench.runner import build_method
 from conftest import tiny_llama
-from engines.load import wrap
+from omegaconf import OmegaConf
 from test_lossless_greedy import make_ctx, method, prompts, run
+
+from engines.load import wrap
+from methods.registry import build_method
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-PLD = {"_target_": "methods.hf_pld.HFPromptLookup", "name": "hf_pld", "engine": "hf", "k": 4,
-       "max_n": 3}
-ASSISTED = {"_target_": "methods.hf_assisted.HFAssisted", "name": "hf_assisted", "engine": "hf",
-            "k": 3, "model": None, "schedule": "constant", "confidence": 0.0}
+PLD = {
+    "_target_": "methods.hf_pld.HFPromptLookup",
+    "name": "hf_pld",
+    "engine": "hf",
+    "k": 4,
+    "max_n": 3,
+}
+ASSISTED = {
+    "_target_": "methods.hf_assisted.HFAssisted",
+    "name": "hf_assisted",
+    "engine": "hf",
+    "k": 3,
+    "model": None,
+    "schedule": "constant",
+    "confidence": 0.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +51,10 @@ def test_hf_pld_reproduces_ar_and_counts_rounds(target):
         assert sum(res.accept_lengths) == len(res.output_ids)  # one streamed round per forward
         assert res.target_forwards == len(res.accept_lengths)
         assert res.accepted_tokens == sum(res.accept_lengths) - len(res.accept_lengths)
-        assert res.accepted_per_pos[:1] == [sum(a > 1 for a in res.accept_lengths)] or \
-            not res.accepted_per_pos
+        assert (
+            res.accepted_per_pos[:1] == [sum(a > 1 for a in res.accept_lengths)]
+            or not res.accepted_per_pos
+        )
         t = res.times_ns
         assert t["prefill"] > 0 and t["verify"] > 0 and 0 < t["ttft"] < t["wall"]
         assert t["prefill"] + t["verify"] + t["other"] <= t["wall"] * 1.001
@@ -97,8 +112,9 @@ def test_hf_assisted_with_distilled_draft(tmp_path, target):
     from drafters import draftmodel
 
     d2t = torch.arange(4, 68)
-    draftmodel.save(draftmodel.from_target(target.model, 1, d2t), tmp_path, "tiny",
-                    dtype=torch.float32)
+    draftmodel.save(
+        draftmodel.from_target(target.model, 1, d2t), tmp_path, "tiny", dtype=torch.float32
+    )
     ctx = make_ctx(target, 4)
     ar, asst = method("ar", ctx), peer(ASSISTED, ctx, model=str(tmp_path))
     accepted = 0
@@ -116,8 +132,10 @@ def test_peers_refuse_lean(tiny_target_dir, tmp_path):
         p = bench(f"method={m}", "engine=lean", *tiny_args(tiny_target_dir, tmp_path / m))
         assert p.returncode == 2
         last = p.stderr.strip().splitlines()[-1]
-        assert last == (f"error: method={m} runs transformers' generate() and needs engine=hf "
-                        f"(the transformers model); engine=lean has none"), p.stderr
+        assert last == (
+            f"error: method={m} runs transformers' generate() and needs engine=hf "
+            f"(the transformers model); engine=lean has none"
+        ), p.stderr
 
 
 def test_peer_runs_beside_ours_on_cli(tiny_target_dir, tmp_path):
@@ -125,7 +143,6 @@ def test_peer_runs_beside_ours_on_cli(tiny_target_dir, tmp_path):
     import json
 
     import pandas as pd
-
     from test_cli import bench, tiny_args
 
     out = tmp_path / "pld"

@@ -7,6 +7,7 @@ on the machine after the hog stops (a shared CI machine may stay noisy), so the 
 the run's verdicts follow the rules from what it recorded, not that the machine became quiet:
 how much a hog moves a cell's speedup is a benchmark's question, not a test's.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,11 +17,11 @@ import time
 
 import pandas as pd
 import pytest
+from conftest import compose
 
 from bench import interference
 from bench.metrics import unit_speed
 from bench.runner import Runner, execute
-from conftest import compose
 
 HOGGED = 2  # the prompt (by position) whose first pair runs beside the hog
 REMEASURE = 3
@@ -34,10 +35,23 @@ def machine_busy(seconds: float = 1.0) -> float:
 
 
 def run_with_hog(tiny_target_dir, out):
-    cfg = compose(["method=ngram", "model=hf", f"model.target={tiny_target_dir}",
-                   "model.dtype=float32", "device=cpu", "device.threads=1", "task=code",
-                   "limit=5", "max_new_tokens=64", "repeats=2", "warmup=1",
-                   f"remeasure={REMEASURE}", f"out={out}"])
+    cfg = compose(
+        [
+            "method=ngram",
+            "model=hf",
+            f"model.target={tiny_target_dir}",
+            "model.dtype=float32",
+            "device=cpu",
+            "device.threads=1",
+            "task=code",
+            "limit=5",
+            "max_new_tokens=64",
+            "repeats=2",
+            "warmup=1",
+            f"remeasure={REMEASURE}",
+            f"out={out}",
+        ]
+    )
     real_pair = Runner.pair
     seen = []
 
@@ -45,8 +59,10 @@ def run_with_hog(tiny_target_dir, out):
         if prompt.id not in seen:
             seen.append(prompt.id)
         if len(seen) - 1 == HOGGED and r == 0:
-            procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                     for _ in range(os.cpu_count() or 2)]
+            procs = [
+                subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(os.cpu_count() or 2)
+            ]
             time.sleep(0.3)  # let them take the cores
             try:
                 return real_pair(self, prompt, runs, r)
@@ -66,7 +82,9 @@ def run_with_hog(tiny_target_dir, out):
 def test_a_cpu_hog_is_flagged_remeasured_and_left_out(tiny_target_dir, tmp_path):
     busy = machine_busy()
     if busy > 0.1:
-        pytest.skip(f"other work already uses {busy:.0%} of this machine: the hog would not stand out")
+        pytest.skip(
+            f"other work already uses {busy:.0%} of this machine: the hog would not stand out"
+        )
     summary, pid = run_with_hog(tiny_target_dir, tmp_path)
     recs = pd.read_json(tmp_path / "records.jsonl", lines=True)
     assert (recs.turn == 0).all()  # one turn per prompt: a unit is a prompt
@@ -93,10 +111,12 @@ def test_a_cpu_hog_is_flagged_remeasured_and_left_out(tiny_target_dir, tmp_path)
         assert n_extra == REMEASURE
     # the summary counts it, and (when quiet pairs exist) its speedup leaves the hogged pair out
     assert summary.disturbed_units >= 1 and summary.remeasured >= 1
-    assert summary.unclean_units == int((~recs[recs.repeat == 0].groupby("prompt_id")
-                                         .unit_clean.first().astype(bool)).sum())
+    assert summary.unclean_units == int(
+        (~recs[recs.repeat == 0].groupby("prompt_id").unit_clean.first().astype(bool)).sum()
+    )
     m, b = recs[recs.role == "method"], recs[recs.role == "baseline"]
     got = unit_speed(m, b).set_index("prompt_id").ratio[pid]
+
     def speed(side):
         one = side[side.prompt_id == pid].set_index("repeat")
         return one.new_tokens / one.wall_s
@@ -116,14 +136,18 @@ def test_judge_flags_disagreeing_repeats_and_interference():
 
     rules, band = interference.Rules(1.25, 0.25), interference.Band()
     calm = {"others_cpu": 0.0, "steal": 0.0}
-    ok = {"baseline": [(Res(1.0), calm), (Res(1.1), calm)],
-          "method": [(Res(0.5), calm), (Res(0.52), calm)]}
+    ok = {
+        "baseline": [(Res(1.0), calm), (Res(1.1), calm)],
+        "method": [(Res(0.5), calm), (Res(0.52), calm)],
+    }
     disturbed, quiet = interference.judge(ok, rules, band)
     assert not disturbed and interference.quiet_pairs(quiet) == [0, 1]
     slow = {"baseline": [(Res(1.0), calm), (Res(1.6), calm)], "method": ok["method"]}
     disturbed, quiet = interference.judge(slow, rules, band)
     assert disturbed and interference.quiet_pairs(quiet) == [0]
-    busy = {"baseline": ok["baseline"], "method": [(Res(0.5), calm),
-                                                    (Res(0.5), {"others_cpu": 0.9})]}
+    busy = {
+        "baseline": ok["baseline"],
+        "method": [(Res(0.5), calm), (Res(0.5), {"others_cpu": 0.9})],
+    }
     disturbed, quiet = interference.judge(busy, rules, band)
     assert disturbed and quiet["method"] == [True, False]

@@ -5,21 +5,22 @@ Both tables are checked for completeness against the code: every `_need` rule in
 `bench.config.validate`/`validate_serving` must be the one a case trips, and every knob in
 `conf/method/*.yaml` must have a case or a reason why no value of the right type is wrong.
 Cases run in-process (no subprocess per case); tests/test_cli.py runs a sample end to end."""
+
 from __future__ import annotations
 
 import ast
 import inspect
 
 import pytest
+from conftest import compose, tiny_llama
 from omegaconf import OmegaConf
+from test_lossless_greedy import make_ctx
 
 from bench import config
 from bench.config import CONF, check_overrides, method_defaults, validate
-from bench.errors import UserError
-from bench.runner import build_method
-from conftest import compose, tiny_llama
 from engines.load import wrap
-from test_lossless_greedy import make_ctx
+from groundfloor.errors import UserError
+from methods.registry import build_method
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -39,14 +40,15 @@ RULES = [  # (overrides, message): each trips one rule of validate()/validate_se
     (["warmup=-1"], "warmup=-1 is not valid; use an integer >= 0"),
     (["remeasure=-1"], "remeasure=-1 is not valid; use an integer >= 0"),
     (["disturb_ratio=0.9"], "disturb_ratio=0.9 is not valid; use a factor > 1"),
-    (["disturb_others=0"], "disturb_others=0.0 is not valid; use a share of the machine in "
-                           "(0, 1]"),
+    (["disturb_others=0"], "disturb_others=0.0 is not valid; use a share of the machine in (0, 1]"),
     (["check=bogus"], "check='bogus' is not valid; choose one of: none, distribution"),
     (["check=distribution"], "check=distribution compares sampled outputs: set temperature > 0"),
     (["dist_samples=1"], "dist_samples=1 is not valid; use an integer >= 2"),
     (["dist_positions=0"], "dist_positions=0 is not valid; use an integer >= 1"),
-    (["method=hf_pld", "engine=lean"], "method=hf_pld runs transformers' generate() and needs "
-                                       "engine=hf"),
+    (
+        ["method=hf_pld", "engine=lean"],
+        "method=hf_pld runs transformers' generate() and needs engine=hf",
+    ),
     (["method.k=-1"], "method.k=-1 is not valid; use an integer >= 1"),
     (["server=vllm"], "server=vllm needs engine=openai"),
     (["engine=openai"], "engine=openai needs a server: server=llamacpp|sglang|vllm"),
@@ -55,14 +57,22 @@ RULES = [  # (overrides, message): each trips one rule of validate()/validate_se
     (SERVE + ["num_requests=0"], "num_requests=0 is not valid; use an integer >= 1 or null"),
     (SERVE + ["max_time_s=0"], "max_time_s=0.0 is not valid; use a value > 0"),
     (SERVE + ["request_timeout_s=-1"], "request_timeout_s=-1.0 is not valid; use a value > 0"),
-    (SERVE + ["server.api=grpc"], "server.api='grpc' is not valid; choose one of: chat, "
-                                  "completions"),
-    (SERVE + ["server.metrics=prom"], "server.metrics='prom' is not valid; choose one of: vllm, "
-                                      "sglang, none"),
-    (SERVE + ["server.host=10.0.0.5"], "server.host='10.0.0.5': the suite starts its server on "
-                                       "this machine; use 127.0.0.1"),
-    (SERVE + ["temperature=1", "check=distribution"], "check=distribution needs the target's "
-                                                      "logits: not on engine=openai"),
+    (
+        SERVE + ["server.api=grpc"],
+        "server.api='grpc' is not valid; choose one of: chat, completions",
+    ),
+    (
+        SERVE + ["server.metrics=prom"],
+        "server.metrics='prom' is not valid; choose one of: vllm, sglang, none",
+    ),
+    (
+        SERVE + ["server.host=10.0.0.5"],
+        "server.host='10.0.0.5': the suite starts its server on this machine; use 127.0.0.1",
+    ),
+    (
+        SERVE + ["temperature=1", "check=distribution"],
+        "check=distribution needs the target's logits: not on engine=openai",
+    ),
 ]
 
 
@@ -118,7 +128,7 @@ def test_every_rule_has_a_case():
 NO_CASE = {  # (method, knob): why no value of the knob's type can be wrong
     ("ar", "k"): "ar drafts nothing; a sweep's top-level k reaches it and is ignored",
     ("hf_assisted", "engine"): "names the engine the method needs: the method=hf_pld/engine=lean "
-                               "rule above",
+    "rule above",
     ("hf_pld", "engine"): "as hf_assisted's",
     ("suffix", "max_spec_offset"): "any real: a negative offset asks for longer matches",
     ("lookahead", "pool_from_prompt"): "true or false (the type check below)",
@@ -137,31 +147,51 @@ KNOBS = [  # (method, {knob: bad value}, message)
     ("hf_pld", {"max_n": 0}, "method.max_n=0 is not valid for hf_pld; use an integer >= 1"),
     ("hf_assisted", {"k": 0}, "method.k=0 is not valid for hf_assisted; use an integer >= 1"),
     ("hf_assisted", {"model": "/nonexistent/draft"}, "'/nonexistent/draft'"),
-    ("hf_assisted", {"schedule": "often"}, "method.schedule='often' is not valid; choose one "
-                                           "of: constant, heuristic"),
-    ("hf_assisted", {"confidence": 2.0}, "method.confidence=2.0 is not valid for hf_assisted; "
-                                         "use a probability in [0, 1]"),
+    (
+        "hf_assisted",
+        {"schedule": "often"},
+        "method.schedule='often' is not valid; choose one of: constant, heuristic",
+    ),
+    (
+        "hf_assisted",
+        {"confidence": 2.0},
+        "method.confidence=2.0 is not valid for hf_assisted; use a probability in [0, 1]",
+    ),
     ("medusa", {"k": 0}, "method.k=0 is not valid for medusa"),
     ("medusa", {"heads": "/nonexistent/heads"}, "method.heads='/nonexistent/heads'"),
     ("medusa", {"num_heads": 9}, "method.num_heads=9 is not valid; the heads in"),
     ("medusa", {"tree": "huge"}, "method.tree='huge' is unknown; choose one of: auto"),
-    ("medusa", {"tree_size": 0}, "method.tree_size=0 is not valid for medusa; use an integer "
-                                 ">= 1"),
-    ("medusa", {"acceptance": "lossy"}, "method.acceptance='lossy' is not valid for medusa; "
-                                        "choose one of: exact"),
+    ("medusa", {"tree_size": 0}, "method.tree_size=0 is not valid for medusa; use an integer >= 1"),
+    (
+        "medusa",
+        {"acceptance": "lossy"},
+        "method.acceptance='lossy' is not valid for medusa; choose one of: exact",
+    ),
     ("medusa", {"draft_vocab": 0}, "method.draft_vocab=0 is not valid for medusa"),
-    ("medusa", {"acceptance": "typical", "posterior_threshold": 0.0},
-     "method.posterior_threshold=0.0 is not valid for medusa-typical; use a probability in "
-     "(0, 1]"),
-    ("medusa", {"acceptance": "typical", "posterior_alpha": -1.0},
-     "method.posterior_alpha=-1.0 is not valid for medusa-typical; use a value > 0"),
+    (
+        "medusa",
+        {"acceptance": "typical", "posterior_threshold": 0.0},
+        "method.posterior_threshold=0.0 is not valid for medusa-typical; use a probability in "
+        "(0, 1]",
+    ),
+    (
+        "medusa",
+        {"acceptance": "typical", "posterior_alpha": -1.0},
+        "method.posterior_alpha=-1.0 is not valid for medusa-typical; use a value > 0",
+    ),
     ("eagle", {"k": 0}, "method eagle: k=0 and top_k=8 must be ≥ 1"),
     ("eagle", {"heads": "/nonexistent/head"}, "method.heads='/nonexistent/head'"),
     ("eagle", {"top_k": 0}, "method eagle: k=6 and top_k=0 must be ≥ 1"),
-    ("eagle", {"total_tokens": 0}, "method.total_tokens=0 is not valid; give a positive integer "
-                                   "or auto"),
-    ("eagle", {"budget_ratio": 0.5}, "method.budget_ratio=0.5 is not valid for eagle; use a "
-                                     "factor >= 1"),
+    (
+        "eagle",
+        {"total_tokens": 0},
+        "method.total_tokens=0 is not valid; give a positive integer or auto",
+    ),
+    (
+        "eagle",
+        {"budget_ratio": 0.5},
+        "method.budget_ratio=0.5 is not valid for eagle; use a factor >= 1",
+    ),
     ("eagle", {"draft_vocab": 0}, "method.draft_vocab=0 is not valid for eagle"),
     ("eagle3", {"k": 0}, "method eagle3: k=0 and top_k=8 must be ≥ 1"),
     ("eagle3", {"heads": "/nonexistent/head"}, "method.heads='/nonexistent/head'"),
@@ -177,8 +207,7 @@ KNOBS = [  # (method, {knob: bad value}, message)
     ("sam", {"k": 0}, "method sam: k=0: use an integer >= 1"),
     ("sam", {"min_match": 0}, "method.min_match=0: use an integer >= 1"),
     ("sam", {"corpus": "/nonexistent.txt"}, "method.corpus='/nonexistent.txt' is not a file"),
-    ("sam", {"fallback": "ngram"}, "method.fallback='ngram': choose one of: eagle, eagle3, "
-                                   "medusa"),
+    ("sam", {"fallback": "ngram"}, "method.fallback='ngram': choose one of: eagle, eagle3, medusa"),
     ("sam", {"fallback": "eagle", "fallback_overrides": {"top_k": 0}}, "top_k=0 must be ≥ 1"),
     ("suffix", {"k": 0}, "method suffix: k=0: use an integer >= 1"),
     ("suffix", {"shape": "star"}, "method.shape='star': choose one of: chain, tree"),
@@ -206,17 +235,27 @@ def test_every_method_knob_has_a_case_or_a_reason():
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, tiny_draft_dir):
     """Targets on both engine kinds the methods need, and real (random) heads for each."""
-    from drafters import medusa as heads_io
     from test_eagle import save_head
     from test_medusa import random_heads
 
+    from drafters import medusa as heads_io
+
     lean, hf = wrap(tiny_llama(0), "lean"), wrap(tiny_llama(0), "hf")
     d = tmp_path_factory.mktemp("heads")
-    heads_io.save(random_heads(lean.output_weight().shape[1], 4, 1), d / "medusa", "tiny",
-                  extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4})
-    return {"lean": lean, "hf": hf, "medusa": d / "medusa", "draft": tiny_draft_dir,
-            "eagle": save_head(lean, "eagle", d / "eagle"),
-            "eagle3": save_head(lean, "eagle3", d / "eagle3")}
+    heads_io.save(
+        random_heads(lean.output_weight().shape[1], 4, 1),
+        d / "medusa",
+        "tiny",
+        extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4},
+    )
+    return {
+        "lean": lean,
+        "hf": hf,
+        "medusa": d / "medusa",
+        "draft": tiny_draft_dir,
+        "eagle": save_head(lean, "eagle", d / "eagle"),
+        "eagle3": save_head(lean, "eagle3", d / "eagle3"),
+    }
 
 
 DRAFTERS = ("draft", "medusa", "eagle", "eagle3")
@@ -236,19 +275,21 @@ def test_every_method_builds_with_its_defaults(env, name):
     build(env, name, {})  # so each bad case below fails for its knob, not for the setup
 
 
-@pytest.mark.parametrize("name,knobs,message", KNOBS,
-                         ids=[f"{m}-{'-'.join(kw)}" for m, kw, _ in KNOBS])
+@pytest.mark.parametrize(
+    "name,knobs,message", KNOBS, ids=[f"{m}-{'-'.join(kw)}" for m, kw, _ in KNOBS]
+)
 def test_each_bad_knob_is_one_line(env, name, knobs, message):
     msg = refusal(build, env, name, knobs)
     assert message in msg, msg
 
 
-NEEDS = [("draft", "method=draft needs a draft model: set model.draft="),
-         ("hf_assisted", "method=hf_assisted needs a draft model: set model.draft="),
-         ("medusa", "method=medusa needs heads: set method.heads=<dir> or model.medusa"),
-         ("eagle", "method=eagle needs a head: set method.heads=<dir or Hub id> or model.eagle"),
-         ("eagle3", "method=eagle3 needs a head: set method.heads=<dir or Hub id> or "
-                    "model.eagle3")]
+NEEDS = [
+    ("draft", "method=draft needs a draft model: set model.draft="),
+    ("hf_assisted", "method=hf_assisted needs a draft model: set model.draft="),
+    ("medusa", "method=medusa needs heads: set method.heads=<dir> or model.medusa"),
+    ("eagle", "method=eagle needs a head: set method.heads=<dir or Hub id> or model.eagle"),
+    ("eagle3", "method=eagle3 needs a head: set method.heads=<dir or Hub id> or model.eagle3"),
+]
 
 
 @pytest.mark.parametrize("name,message", NEEDS)
@@ -258,8 +299,12 @@ def test_a_missing_drafter_is_one_line(env, name, message):
     assert message in msg, msg
 
 
-TYPED = [(m, k, v) for m in method_names() for k, v in method_defaults(m).items()
-         if isinstance(v, (bool, int, float)) and not k.startswith("_")]
+TYPED = [
+    (m, k, v)
+    for m in method_names()
+    for k, v in method_defaults(m).items()
+    if isinstance(v, (bool, int, float)) and not k.startswith("_")
+]
 
 
 @pytest.mark.parametrize("name,knob,default", TYPED, ids=[f"{m}-{k}" for m, k, _ in TYPED])

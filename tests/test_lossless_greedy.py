@@ -1,16 +1,17 @@
 """At temperature 0 every method reproduces the autoregressive baseline token for token."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_llama
 from omegaconf import OmegaConf
 
-from bench.clock import Clock
 from bench.loop import generate
-from bench.runner import Context, build_method
-from bench.sampling import SamplingParams
-from conftest import tiny_llama
 from engines.load import wrap
+from groundfloor.clock import Clock
+from groundfloor.sampling import SamplingParams
+from methods.registry import Context, build_method, method_config
 
 GREEDY = SamplingParams()
 
@@ -19,18 +20,23 @@ def make_ctx(target, k=None):
     """target: an engine, or a transformers model (run on engine=hf)."""
     if isinstance(target, torch.nn.Module):
         target = wrap(target, "hf")
-    return Context(target=target, tokenizer=None, device=torch.device("cpu"),
-                   dtype=target.dtype, model_cfg=OmegaConf.create({"draft": None}), k_override=k)
+    return Context(
+        target=target,
+        tokenizer=None,
+        device=torch.device("cpu"),
+        dtype=target.dtype,
+        model_cfg=OmegaConf.create({"draft": None}),
+        k_override=k,
+    )
+
+
+TEST_K = {"ngram": 4, "oracle": 4}  # the tests' draft lengths where they differ from the YAML
 
 
 def method(name, ctx, **kw):
-    cfg = {"ar": {"_target_": "methods.ar.AR", "name": "ar", "k": 0},
-           "ngram": {"_target_": "methods.ngram.NGram", "name": "ngram", "k": 4, "min_n": 1,
-                     "max_n": 3},
-           "draft": {"_target_": "methods.draft.Draft", "name": "draft", "k": 4, "model": None},
-           "oracle": {"_target_": "methods.oracle.Oracle", "name": "oracle", "k": 4}}
-    node = dict(cfg[name], **kw)
-    return build_method(OmegaConf.create(node), ctx)
+    """conf/method/<name>.yaml with the tests' knobs: the one method loader of the tests."""
+    knobs = {"k": TEST_K[name]} if name in TEST_K else {}
+    return build_method(method_config(name, {**knobs, **kw}), ctx)
 
 
 def run(m, prompt, n=40, eos=frozenset()):
@@ -79,6 +85,7 @@ def test_draft_model_reproduces_ar(target, tiny_draft_dir, near_draft_dir, k):
         prop = orig(state)
         proposals.append((state.tokens[: state.length].tolist(), prop.tokens.tolist()))
         return prop
+
     dr.draft = draft
     accepted = drafted = partial = 0
     for p in prompts(6, seed=10 + k):

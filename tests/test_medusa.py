@@ -1,19 +1,20 @@
 """Tree verification on an unmodified model, Medusa heads' file layout, and greedy exactness."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
+from forced import run_forced
 from omegaconf import OmegaConf
+from test_lossless_greedy import make_ctx, prompts, run
 
 from drafters import medusa as heads_io
-from bench.tree import TreeLayout
-from bench.treeverify import keep_path, verify_tree
-from forced import run_forced
+from groundfloor.tree import TreeLayout
 from methods import static_trees
-from test_lossless_greedy import make_ctx, prompts, run
-from bench.runner import build_method
+from methods.registry import build_method
+from methods.treeverify import keep_path, verify_tree
 
 
 def test_tree_nodes_match_sequential_decoding(target):
@@ -57,12 +58,14 @@ def random_heads(hidden, n, seed):
 def test_published_layout_round_trip(tmp_path, target):
     lm = target.output_weight()
     h = random_heads(lm.shape[1], 3, 0)
-    heads_io.save(h, tmp_path / "shared", "tiny", extra={"rank_accuracy": [[0.5]] * 3},
-                  dtype=torch.float32)
+    heads_io.save(
+        h, tmp_path / "shared", "tiny", extra={"rank_accuracy": [[0.5]] * 3}, dtype=torch.float32
+    )
     heads_io.save(h, tmp_path / "full", "tiny", lm_head=lm, export_full=True, dtype=torch.float32)
     cfg = json.loads((tmp_path / "full" / "config.json").read_text())
     assert cfg["medusa_num_heads"] == 3 and cfg["medusa_num_layers"] == 1
     from safetensors.torch import load_file
+
     keys = set(load_file(str(tmp_path / "full" / heads_io.WEIGHTS)))
     assert {"0.0.linear.weight", "0.0.linear.bias", "0.1.weight", "2.1.weight"} <= keys
     x = torch.randn(4, lm.shape[1])
@@ -76,13 +79,24 @@ def test_published_layout_round_trip(tmp_path, target):
 def test_medusa_reproduces_ar(target, tmp_path, tree):
     lm = target.output_weight()
     d = tmp_path / "heads"
-    heads_io.save(random_heads(lm.shape[1], 4, 1), d, "tiny",
-                  extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4})
+    heads_io.save(
+        random_heads(lm.shape[1], 4, 1), d, "tiny", extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4}
+    )
     ctx = make_ctx(target)
-    ar = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, ctx)
-    md = build_method(OmegaConf.create({"_target_": "methods.medusa.Medusa", "name": "medusa",
-                                        "k": None, "heads": str(d), "tree": tree,
-                                        "tree_size": 8}), ctx)
+    ar = build_method("ar", ctx)
+    md = build_method(
+        OmegaConf.create(
+            {
+                "_target_": "methods.medusa.Medusa",
+                "name": "medusa",
+                "k": None,
+                "heads": str(d),
+                "tree": tree,
+                "tree_size": 8,
+            }
+        ),
+        ctx,
+    )
     for p in prompts(6, seed=7):
         base, res = run(ar, p), run(md, p)
         assert res.output_ids == base.output_ids
@@ -94,33 +108,64 @@ def test_medusa_reproduces_ar(target, tmp_path, tree):
 
 
 def test_medusa_sampling_is_seeded(target, tmp_path):
-    from bench.clock import Clock
     from bench.loop import generate
-    from bench.sampling import SamplingParams
+    from groundfloor.clock import Clock
+    from groundfloor.sampling import SamplingParams
+
     lm = target.output_weight()
     d = tmp_path / "heads"
     heads_io.save(random_heads(lm.shape[1], 3, 2), d, "tiny")
-    md = build_method(OmegaConf.create({"_target_": "methods.medusa.Medusa", "name": "medusa",
-                                        "heads": str(d), "tree": "small"}), make_ctx(target))
+    md = build_method(
+        OmegaConf.create(
+            {
+                "_target_": "methods.medusa.Medusa",
+                "name": "medusa",
+                "heads": str(d),
+                "tree": "small",
+            }
+        ),
+        make_ctx(target),
+    )
     sp = SamplingParams(temperature=1.0)
-    out = [generate(md, prompts(1)[0], 30, sp, set(), Clock(torch.device("cpu")),
-                    torch.Generator().manual_seed(s)).output_ids for s in (5, 5, 6)]
+    out = [
+        generate(
+            md,
+            prompts(1)[0],
+            30,
+            sp,
+            set(),
+            Clock(torch.device("cpu")),
+            torch.Generator().manual_seed(s),
+        ).output_ids
+        for s in (5, 5, 6)
+    ]
     assert out[0] == out[1] != out[2] and len(out[0]) == 30
 
 
 @pytest.mark.usefixtures("one_thread")
 def test_check_distribution_passes_on_a_medusa_tree(tiny_target_dir, tmp_path):
     """The tree rule on a real Medusa tree (point-mass siblings at several depths), at T = 1."""
-    from bench.models import load_model
-    from bench.runner import execute
     from conftest import compose
     from test_distcheck import tiny_run
+
+    from bench.runner import execute
+    from groundfloor.models import load_model
+
     tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
     lm = tgt.get_output_embeddings().weight.detach()
     d = tmp_path / "heads"
     heads_io.save(random_heads(lm.shape[1], 3, 4), d, "tiny")
-    summary, _, _ = execute(compose(["method=medusa", f"method.heads={d}", "method.tree=medium",
-                                     *tiny_run(tiny_target_dir, tmp_path)]), tmp_path)
+    summary, _, _ = execute(
+        compose(
+            [
+                "method=medusa",
+                f"method.heads={d}",
+                "method.tree=medium",
+                *tiny_run(tiny_target_dir, tmp_path),
+            ]
+        ),
+        tmp_path,
+    )
     ev = json.loads((tmp_path / "distcheck.json").read_text())
     assert 0 < ev["accepted_tokens"] < ev["drafted_tokens"]
     assert summary.dist_pvalue.iloc[0] > 0.01
@@ -133,8 +178,10 @@ def test_published_pt_layout_loads(tmp_path, target):
     h = random_heads(lm.shape[1], 3, 0)
     heads_io.save(h, tmp_path / "st", "tiny", lm_head=lm, export_full=True, dtype=torch.float32)
     from safetensors.torch import load_file
-    state = {f"medusa_head.{k}": v for k, v in load_file(str(tmp_path / "st" / heads_io.WEIGHTS))
-             .items()}
+
+    state = {
+        f"medusa_head.{k}": v for k, v in load_file(str(tmp_path / "st" / heads_io.WEIGHTS)).items()
+    }
     (tmp_path / "pt").mkdir()
     torch.save(state, tmp_path / "pt" / "medusa_lm_head.pt")
     (tmp_path / "pt" / "config.json").write_text((tmp_path / "st" / "config.json").read_text())
@@ -149,15 +196,29 @@ def test_typical_acceptance_follows_medusas_rule(target, tmp_path):
     most probable admissible child (not the first), and when none is, sample from p."""
     import types
 
-    from bench.sampling import SamplingParams
-    from bench.tree import Tree
+    from groundfloor.sampling import SamplingParams
+    from groundfloor.tree import Tree
 
     d = tmp_path / "heads"
-    heads_io.save(random_heads(target.output_weight().shape[1], 2, 1), d, "tiny",
-                  extra={"rank_accuracy": [[0.5, 0.2]] * 2})
-    md = build_method(OmegaConf.create({"_target_": "methods.medusa.Medusa", "name": "medusa",
-                                        "k": None, "heads": str(d), "tree": "chain",
-                                        "acceptance": "typical"}), make_ctx(target))
+    heads_io.save(
+        random_heads(target.output_weight().shape[1], 2, 1),
+        d,
+        "tiny",
+        extra={"rank_accuracy": [[0.5, 0.2]] * 2},
+    )
+    md = build_method(
+        OmegaConf.create(
+            {
+                "_target_": "methods.medusa.Medusa",
+                "name": "medusa",
+                "k": None,
+                "heads": str(d),
+                "tree": "chain",
+                "acceptance": "typical",
+            }
+        ),
+        make_ctx(target),
+    )
     assert md.name == "medusa-typical" and not md.lossless
     V = 128
 
@@ -167,13 +228,15 @@ def test_typical_acceptance_follows_medusas_rule(target, tmp_path):
         for t, v in p_of.items():
             p[t] = v
         return p.log()
+
     # row 0 (root): p = .6/.3 on tokens 5/6, H ≈ 1.39, threshold ≈ 0.075: tokens 5 and 6 pass,
     # token 9 (p ≈ 0.0008) does not; row 2 (node 1) is flat: threshold 0.3/128 < p = 1/128;
     # row 4 (node 3) has no children: the next token is sampled there (almost surely 11)
-    logits = torch.stack([row({5: .6, 6: .3}), row({}), row({}), row({}), row({11: 1 - 1e-6})])
+    logits = torch.stack([row({5: 0.6, 6: 0.3}), row({}), row({}), row({}), row({11: 1 - 1e-6})])
     tree = Tree(parents=[-1, -1, -1, 1], tokens=torch.tensor([6, 5, 9, 7]))
-    state = types.SimpleNamespace(sampling=SamplingParams(temperature=1.0),
-                                  generator=torch.Generator().manual_seed(0))
+    state = types.SimpleNamespace(
+        sampling=SamplingParams(temperature=1.0), generator=torch.Generator().manual_seed(0)
+    )
     assert md._typical(logits, tree, state) == ([1, 3], 11)
     only_rare = Tree(parents=[-1], tokens=torch.tensor([9]))  # below the threshold: rejected
     assert md._typical(logits, only_rare, state)[0] == []

@@ -1,4 +1,5 @@
 """Metric arithmetic on hand-made records."""
+
 from __future__ import annotations
 
 import json
@@ -9,15 +10,49 @@ import pytest
 from bench.metrics import bootstrap_ratio, summarize
 
 
-def rec(role, pid, rep, new, wall, fwd, drafted=0, accepted=0, dpp=(), app=(), verdict=None,
-        draft_s=0.0, task="code", extra=0.0, peak=1.0):
-    return {"task": task, "prompt_id": pid, "turn": 0, "repeat": rep, "role": role,
-            "method": "ngram", "k": 4, "temperature": 0.0, "device": "cpu", "dtype": "float32",
-            "new_tokens": new, "wall_s": wall, "draft_s": draft_s, "ttft_s": 0.1,
-            "tpot_s": (wall - 0.1) / (new - 1), "target_forwards": fwd,
-            "drafted_tokens": drafted, "accepted_tokens": accepted,
-            "drafted_per_pos": list(dpp), "accepted_per_pos": list(app), "extra_mb": extra,
-            "peak_mem_delta_mb": peak, "verdict": verdict, "dist_pvalue": None}
+def rec(
+    role,
+    pid,
+    rep,
+    new,
+    wall,
+    fwd,
+    drafted=0,
+    accepted=0,
+    dpp=(),
+    app=(),
+    verdict=None,
+    draft_s=0.0,
+    task="code",
+    extra=0.0,
+    peak=1.0,
+):
+    return {
+        "task": task,
+        "prompt_id": pid,
+        "turn": 0,
+        "repeat": rep,
+        "role": role,
+        "method": "ngram",
+        "k": 4,
+        "temperature": 0.0,
+        "device": "cpu",
+        "dtype": "float32",
+        "new_tokens": new,
+        "wall_s": wall,
+        "draft_s": draft_s,
+        "ttft_s": 0.1,
+        "tpot_s": (wall - 0.1) / (new - 1),
+        "target_forwards": fwd,
+        "drafted_tokens": drafted,
+        "accepted_tokens": accepted,
+        "drafted_per_pos": list(dpp),
+        "accepted_per_pos": list(app),
+        "extra_mb": extra,
+        "peak_mem_delta_mb": peak,
+        "verdict": verdict,
+        "dist_pvalue": None,
+    }
 
 
 def records():
@@ -26,11 +61,42 @@ def records():
         # baseline: 10 tokens/s on both prompts; repeats differ (medians are used)
         rows.append(rec("baseline", "p1", rep, 20, 2.0 + rep * 0.2, 20))
         rows.append(rec("baseline", "p2", rep, 40, 4.0 - rep * 0.2, 40))
-        rows.append(rec("method", "p1", rep, 20, 1.0, 8, drafted=16, accepted=12,
-                        dpp=(8, 8), app=(7, 5), verdict="exact", draft_s=0.1, extra=2.0, peak=3.0))
-        rows.append(rec("method", "p2", rep, 40, 1.0, 20, drafted=40, accepted=20,
-                        dpp=(20, 20), app=(12, 8), verdict="mismatch" if rep == 0 else "exact",
-                        draft_s=0.3, extra=2.0, peak=3.0))
+        rows.append(
+            rec(
+                "method",
+                "p1",
+                rep,
+                20,
+                1.0,
+                8,
+                drafted=16,
+                accepted=12,
+                dpp=(8, 8),
+                app=(7, 5),
+                verdict="exact",
+                draft_s=0.1,
+                extra=2.0,
+                peak=3.0,
+            )
+        )
+        rows.append(
+            rec(
+                "method",
+                "p2",
+                rep,
+                40,
+                1.0,
+                20,
+                drafted=40,
+                accepted=20,
+                dpp=(20, 20),
+                app=(12, 8),
+                verdict="mismatch" if rep == 0 else "exact",
+                draft_s=0.3,
+                extra=2.0,
+                peak=3.0,
+            )
+        )
     return pd.DataFrame(rows)
 
 
@@ -65,6 +131,7 @@ def test_overall_row_when_several_tasks():
 
 def test_bootstrap_interval_brackets_ratio_and_shrinks():
     import numpy as np
+
     rng = np.random.default_rng(0)
     wall_m = rng.uniform(0.9, 1.1, 200)
     wall_b = rng.uniform(1.9, 2.1, 200)
@@ -82,12 +149,23 @@ def round_records(rounds: dict[str, list[int]], depth: int = 4) -> pd.DataFrame:
         new = 1 + sum(a + 1 for a in acc)
         starts = [1 + sum(a + 1 for a in acc[:i]) for i in range(len(acc))]
         for role in ("baseline", "method"):
-            r = rec(role, pid, 0, new, 1.0, 1 + len(acc) if role == "method" else new,
-                    drafted=depth * len(acc), accepted=sum(acc),
-                    dpp=[len(acc)] * depth, app=[sum(a > i for a in acc) for i in range(depth)])
-            r.update(round_accepted=acc if role == "method" else [],
-                     round_depth=[depth] * len(acc) if role == "method" else [],
-                     round_start=starts if role == "method" else [])
+            r = rec(
+                role,
+                pid,
+                0,
+                new,
+                1.0,
+                1 + len(acc) if role == "method" else new,
+                drafted=depth * len(acc),
+                accepted=sum(acc),
+                dpp=[len(acc)] * depth,
+                app=[sum(a > i for a in acc) for i in range(depth)],
+            )
+            r.update(
+                round_accepted=acc if role == "method" else [],
+                round_depth=[depth] * len(acc) if role == "method" else [],
+                round_start=starts if role == "method" else [],
+            )
             rows.append(r)
     return pd.DataFrame(rows)
 
@@ -99,8 +177,9 @@ def test_drafting_metrics_and_their_identities():
     assert r.accepted_per_round == pytest.approx(sum(acc) / len(acc))
     assert r.tau_round == pytest.approx(1 + sum(acc) / len(acc))
     marginal = json.loads(r.alpha_marginal)
-    assert marginal == pytest.approx([sum(a >= i for a in acc) / len(acc) for i in (1, 2, 3, 4)],
-                                     abs=1e-4)
+    assert marginal == pytest.approx(
+        [sum(a >= i for a in acc) / len(acc) for i in (1, 2, 3, 4)], abs=1e-4
+    )
     assert 1 + sum(marginal) == pytest.approx(r.tau_round, abs=1e-3)  # the identity
     assert json.loads(r.accept_hist) == [2, 1, 1, 2, 1]
     assert json.loads(r.accept_by_depth) == {"4": pytest.approx(13 / 7, abs=1e-4)}
@@ -125,8 +204,11 @@ def test_category_rows_for_a_task_spanning_categories():
     df = records()
     df["category"] = ["translation" if p == "p1" else "qa" for p in df.prompt_id]
     s = summarize(df)
-    assert list(zip(s.task, s.category)) == [("code", "all"), ("code", "qa"),
-                                             ("code", "translation")]
+    assert list(zip(s.task, s.category)) == [
+        ("code", "all"),
+        ("code", "qa"),
+        ("code", "translation"),
+    ]
     assert s.set_index("category").loc["qa", "n_prompts"] == 1
 
 

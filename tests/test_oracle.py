@@ -1,14 +1,15 @@
 """The oracle drafter: every draft accepted at T = 0 (τ at the maximum a chain of k allows),
 outputs exact, on both engines; at T = 1 still lossless (tests/test_distcheck.py style)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
-from bench.clock import Clock
-from bench.loop import generate
-from bench.sampling import SamplingParams
 from test_lossless_greedy import make_ctx, method, prompts
+
+from bench.loop import generate
+from groundfloor.clock import Clock
+from groundfloor.sampling import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -31,12 +32,15 @@ def test_oracle_accepts_every_draft_and_is_exact(target, k):
 
 def test_oracle_stops_at_eos(target):
     ctx = make_ctx(target, 4)
-    full = generate(method("ar", ctx), prompts(1)[0], 30, SamplingParams(), set(),
-                    Clock(torch.device("cpu")))
+    full = generate(
+        method("ar", ctx), prompts(1)[0], 30, SamplingParams(), set(), Clock(torch.device("cpu"))
+    )
     eos = {full.output_ids[12]}
     ctx.eos = frozenset(eos)
-    base = generate(method("ar", ctx), prompts(1)[0], 30, SamplingParams(), eos,
-                    Clock(torch.device("cpu")))
-    res = generate(method("oracle", ctx), prompts(1)[0], 30, SamplingParams(), eos,
-                   Clock(torch.device("cpu")))
+    base = generate(
+        method("ar", ctx), prompts(1)[0], 30, SamplingParams(), eos, Clock(torch.device("cpu"))
+    )
+    res = generate(
+        method("oracle", ctx), prompts(1)[0], 30, SamplingParams(), eos, Clock(torch.device("cpu"))
+    )
     assert res.output_ids == base.output_ids and res.stop == "eos"

@@ -1,6 +1,7 @@
 """Disjointness: no built-in benchmark prompt shares an 8-word n-gram with the training prompts
 (train/prompts/*.jsonl), with another built-in set, or with another prompt of its own set beyond
 the set's shared instruction, and the checker catches a planted copy."""
+
 from __future__ import annotations
 
 import io
@@ -9,8 +10,18 @@ import os
 
 import pytest
 
-from tasks.overlap import (DATA, N, TRAIN_PROMPTS, find_overlap, main, ngrams, read_texts,
-                           report, training_files, words)
+from tasks.overlap import (
+    DATA,
+    TRAIN_PROMPTS,
+    N,
+    find_overlap,
+    main,
+    ngrams,
+    read_texts,
+    report,
+    training_files,
+    words,
+)
 
 SETS = sorted(DATA.glob("*.jsonl"))
 
@@ -44,7 +55,7 @@ def test_no_near_duplicates_within_a_set(path):
     """Beyond the set's common instruction (its longest common prefix), prompts are distinct."""
     texts = list(read_texts(path))
     prefix = os.path.commonprefix([t for _, _, t in texts])
-    body = [(f, i, t[len(prefix):]) for f, i, t in texts]
+    body = [(f, i, t[len(prefix) :]) for f, i, t in texts]
     hits = find_overlap(body, body, N)
     assert not hits, show(hits)
 
@@ -56,22 +67,32 @@ def test_checker_catches_a_planted_copy(tmp_path):
     w = words(text)[40:48]
     for n_words, found in ((8, True), (7, False)):
         planted = " ".join(w[:n_words]).upper().replace(" ", ",  ", 1)
-        row = {"id": "t1", "conversations": [{"from": "human", "value": f"Hello. {planted}!"},
-                                             {"from": "gpt", "value": "Sure."}]}
+        row = {
+            "id": "t1",
+            "conversations": [
+                {"from": "human", "value": f"Hello. {planted}!"},
+                {"from": "gpt", "value": "Sure."},
+            ],
+        }
         f = tmp_path / f"plant{n_words}.jsonl"
         f.write_text(json.dumps(row) + "\n")
         hits = find_overlap(builtin_texts(), list(read_texts(f)), N)
         assert bool(hits) is found
         if found:
             assert [(h.prompt, h.ref, h.example) for h in hits] == [
-                ((name, pid), (f.name, "t1"), " ".join(w))]
+                ((name, pid), (f.name, "t1"), " ".join(w))
+            ]
 
 
 def test_command_line_reports_and_exits_nonzero_on_overlap(tmp_path, capsys):
     _, pid, text = next(read_texts(DATA / "code.jsonl"))
     f = tmp_path / "train.jsonl"
-    f.write_text(json.dumps({"text": " ".join(words(text)[:20])}) + "\n"
-                 + json.dumps({"prompt": "an unrelated prompt about gardening in spring"}) + "\n")
+    f.write_text(
+        json.dumps({"text": " ".join(words(text)[:20])})
+        + "\n"
+        + json.dumps({"prompt": "an unrelated prompt about gardening in spring"})
+        + "\n"
+    )
     assert main([str(DATA / "code.jsonl"), "--against", str(f)]) == 1
     out = capsys.readouterr().out
     assert f"1 share a run of {N} words" in out and f"{pid} ~ train.jsonl:1" in out

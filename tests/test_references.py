@@ -9,17 +9,18 @@
   tree is the path accepted, whole, every round (tests/forced.py drives the same methods with
   trees right at a rate, inside their own exactness tests).
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
-
-from bench.clock import Clock
-from bench.loop import generate
-from bench.sampling import SamplingParams, probs
 from conftest import save_tiny, tiny_llama
 from forced import planted
 from test_lossless_greedy import make_ctx, method, prompts
+
+from bench.loop import generate
+from groundfloor.clock import Clock
+from groundfloor.sampling import SamplingParams, probs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CLOCK = Clock(torch.device("cpu"))
@@ -37,8 +38,10 @@ def test_target_as_its_own_draft_accepts_every_token_at_t0(target, self_draft_di
     ar, dr = method("ar", ctx), method("draft", ctx, model=str(self_draft_dir))
     n = 33
     for p in prompts(4, seed=20 + k):
-        base, res = generate(ar, p, n, SamplingParams(), set(), CLOCK), \
-            generate(dr, p, n, SamplingParams(), set(), CLOCK)
+        base, res = (
+            generate(ar, p, n, SamplingParams(), set(), CLOCK),
+            generate(dr, p, n, SamplingParams(), set(), CLOCK),
+        )
         assert res.output_ids == base.output_ids
         assert res.accepted_tokens == res.drafted_tokens > 0
         assert all(a == k for a in res.round_accepted[:-1])  # τ at the chain's maximum
@@ -68,15 +71,24 @@ def test_ar_equals_transformers_generate_greedy():
     for p in prompts(6, seed=41):
         n = 30
         ours = generate(ar, p, n, SamplingParams(), set(), CLOCK).output_ids
-        ref = model.generate(torch.tensor([p]), max_new_tokens=n, min_new_tokens=n,
-                             do_sample=False, eos_token_id=None, pad_token_id=3)
-        assert ours == ref[0, len(p):].tolist()
+        ref = model.generate(
+            torch.tensor([p]),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=3,
+        )
+        assert ours == ref[0, len(p) :].tolist()
 
 
 def hf_probs(logits: torch.Tensor, sp: SamplingParams) -> torch.Tensor:
     """transformers' warpers in generate()'s order: temperature, top-k, top-p."""
-    from transformers.generation.logits_process import (TemperatureLogitsWarper,
-                                                        TopKLogitsWarper, TopPLogitsWarper)
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
 
     x = logits.float().unsqueeze(0)
     ids = torch.zeros((1, 1), dtype=torch.long)
@@ -88,9 +100,20 @@ def hf_probs(logits: torch.Tensor, sp: SamplingParams) -> torch.Tensor:
     return torch.softmax(x, dim=-1)[0]
 
 
-@pytest.mark.parametrize("t,top_k,top_p", [(1.0, 0, 1.0), (0.7, 0, 1.0), (1.3, 5, 1.0),
-                                           (1.0, 0, 0.9), (0.6, 0, 0.5), (1.0, 8, 0.8),
-                                           (2.0, 3, 0.95), (1.0, 1, 1.0), (0.9, 0, 0.05)])
+@pytest.mark.parametrize(
+    "t,top_k,top_p",
+    [
+        (1.0, 0, 1.0),
+        (0.7, 0, 1.0),
+        (1.3, 5, 1.0),
+        (1.0, 0, 0.9),
+        (0.6, 0, 0.5),
+        (1.0, 8, 0.8),
+        (2.0, 3, 0.95),
+        (1.0, 1, 1.0),
+        (0.9, 0, 0.05),
+    ],
+)
 def test_probs_equal_transformers_logits_processors(t, top_k, top_p):
     sp = SamplingParams(temperature=t, top_k=top_k, top_p=top_p)
     g = torch.Generator().manual_seed(7)
@@ -115,23 +138,38 @@ def test_top_p_ties_at_the_boundary_keep_the_same_mass(top_p):
 
 # --- a planted right path in a tree is the one accepted -------------------------------------
 
+
 def tree_method(name, target, tmp_path):
     from omegaconf import OmegaConf
-
-    from bench.runner import build_method
     from test_medusa import random_heads
+
+    from methods.registry import build_method
+
     if name == "medusa":
         from drafters import medusa as heads_io
+
         d = tmp_path / "heads"
-        heads_io.save(random_heads(target.output_weight().shape[1], 4, 1), d, "tiny",
-                      extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4})
-        node = {"_target_": "methods.medusa.Medusa", "name": "medusa", "k": None,
-                "heads": str(d), "tree": "medium", "tree_size": 8}
+        heads_io.save(
+            random_heads(target.output_weight().shape[1], 4, 1),
+            d,
+            "tiny",
+            extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4},
+        )
+        node = {
+            "_target_": "methods.medusa.Medusa",
+            "name": "medusa",
+            "k": None,
+            "heads": str(d),
+            "tree": "medium",
+            "tree_size": 8,
+        }
     elif name in ("eagle", "eagle3"):
         from test_eagle import eagle_method, save_head
+
         return eagle_method(target, name, save_head(target, name, tmp_path / name, seed=3))
     else:
         from bench.config import CONF
+
         node = OmegaConf.load(CONF / "method" / f"{name}.yaml")
     return build_method(OmegaConf.create(node), make_ctx(target))
 
@@ -145,8 +183,8 @@ def test_a_planted_right_path_is_the_one_accepted(target, name, tmp_path):
         m = tree_method(name, target, tmp_path)
         picked = planted(m, full, 128)
         res = generate(m, p, n, SamplingParams(), set(), CLOCK)
-        assert res.output_ids == full[len(p):len(p) + n]
+        assert res.output_ids == full[len(p) : len(p) + n]
         assert any(off for _, off in picked)  # a branch other than the first was the right one
         # every round but the last takes the whole planted path
-        assert res.round_accepted[:-1] == [d for d, _ in picked][:len(res.round_accepted) - 1]
+        assert res.round_accepted[:-1] == [d for d, _ in picked][: len(res.round_accepted) - 1]
         assert sum(1 for a in res.round_accepted if a >= 2) >= 2  # deep paths were taken

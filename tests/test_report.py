@@ -1,6 +1,7 @@
 """The comparison report on synthetic run directories (a k × temperature sweep on the CPU plus
 a GPU run) and on imported Spec-Bench answer files: every chart and section is written, groups
 are never pooled, and the numbers in the tables are the runs' numbers."""
+
 from __future__ import annotations
 
 import json
@@ -8,19 +9,35 @@ import json
 import matplotlib.image as mpimg
 import pandas as pd
 import pytest
-
-from bench import charts, report
-from bench.errors import UserError
-from bench.runs import k_agnostic_methods, load_runs
-from bench.specbench_import import import_cells
 from synthetic_runs import make_run, make_sweep
 
-CHARTS = ["speedup_by_task", "tau_by_task", "k_sweep", "temperature_sweep",
-          "alpha_per_position", "time_breakdown", "memory"]
-SECTIONS = ["### Leaderboard", "### Speedup by task", "### τ by task", "### k sweep",
-            "### Temperature sweep", "### Acceptance rate per draft position",
-            "### Time breakdown", "### Memory overhead", "## Device comparison",
-            "## Losslessness", "## Runs"]
+from bench.report import charts, report
+from bench.report.specbench_import import import_cells
+from bench.runs import k_agnostic_methods, load_runs
+from groundfloor.errors import UserError
+
+CHARTS = [
+    "speedup_by_task",
+    "tau_by_task",
+    "k_sweep",
+    "temperature_sweep",
+    "alpha_per_position",
+    "time_breakdown",
+    "memory",
+]
+SECTIONS = [
+    "### Leaderboard",
+    "### Speedup by task",
+    "### τ by task",
+    "### k sweep",
+    "### Temperature sweep",
+    "### Acceptance rate per draft position",
+    "### Time breakdown",
+    "### Memory overhead",
+    "## Device comparison",
+    "## Losslessness",
+    "## Runs",
+]
 CPU = "smollm2-135m-cpu-test-cpu-2-cores-float32"
 
 
@@ -131,13 +148,28 @@ def answers(path, model, rate, accept, n=12):
             turns = 2 if cats[q % 4] == "writing" else 1
             new = [100 + 10 * q] * turns
             acc = [[accept] * (t // accept) for t in new]
-            f.write(json.dumps({
-                "question_id": q + 81, "category": cats[q % 4], "answer_id": f"a{q}",
-                "model_id": model, "tstamp": 0.0,
-                "choices": [{"index": 0, "turns": ["x"] * turns, "new_tokens": new,
-                             "wall_time": [t / rate for t in new],
-                             "decoding_steps": [len(a) for a in acc], "accept_lengths": acc}]})
-                    + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "question_id": q + 81,
+                        "category": cats[q % 4],
+                        "answer_id": f"a{q}",
+                        "model_id": model,
+                        "tstamp": 0.0,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "turns": ["x"] * turns,
+                                "new_tokens": new,
+                                "wall_time": [t / rate for t in new],
+                                "decoding_steps": [len(a) for a in acc],
+                                "accept_lengths": acc,
+                            }
+                        ],
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -149,8 +181,10 @@ def test_specbench_import_speedup_and_tau(tmp_path):
     assert row.speedup == pytest.approx(3.0) and row.n_prompts == 8  # common questions only
     assert row.tau == pytest.approx(4.0)
     assert set(cells.task) == {"dialog", "translation", "qa", "reasoning", "all"}
-    assert cells.group.iloc[0] == "vicuna-7b-v1.3-vanilla · unknown device · unknown dtype · " \
-                                  "spec-bench import"
+    assert (
+        cells.group.iloc[0] == "vicuna-7b-v1.3-vanilla · unknown device · unknown dtype · "
+        "spec-bench import"
+    )
 
 
 def test_specbench_beside_our_runs_in_its_own_group(tmp_path):
@@ -158,8 +192,19 @@ def test_specbench_beside_our_runs_in_its_own_group(tmp_path):
     base = answers(tmp_path / "b.jsonl", "vicuna", 20.0, 1)
     eagle = answers(tmp_path / "e.jsonl", "vicuna-eagle", 50.0, 3)
     out = tmp_path / "out"
-    rc = report.main([str(tmp_path / "runs"), "--out", str(out), "--specbench-baseline",
-                      str(base), "--specbench", f"eagle={eagle}", "--specbench-device", "A100"])
+    rc = report.main(
+        [
+            str(tmp_path / "runs"),
+            "--out",
+            str(out),
+            "--specbench-baseline",
+            str(base),
+            "--specbench",
+            f"eagle={eagle}",
+            "--specbench-device",
+            "A100",
+        ]
+    )
     assert rc == 0
     md = (out / "index.md").read_text()
     assert "## vicuna · A100 · unknown dtype · spec-bench import" in md

@@ -8,6 +8,7 @@ with that marginal (chi-square goodness of fit, rare cells pooled; a token the t
 fails outright). Lossless rules must pass (p > 1e-3); the planted bugs at the bottom must be
 caught (p < 1e-6) by the same test.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -16,9 +17,16 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from bench.sampling import (SamplingParams, accept_chain, accept_greedy, point_mass, probs,
-                            residual, sample)
-from bench.tree import Tree, accept_tree, accept_tree_greedy, parents_from_paths
+from groundfloor.sampling import (
+    SamplingParams,
+    accept_chain,
+    accept_greedy,
+    point_mass,
+    probs,
+    residual,
+    sample,
+)
+from groundfloor.tree import Tree, accept_tree, accept_tree_greedy, parents_from_paths
 
 V = 10
 POSITIONS = 3
@@ -31,8 +39,9 @@ class Synthetic:
 
     def __init__(self, seed: int, scale: float = 1.5):
         g = torch.Generator().manual_seed(seed)
-        self.A, self.B, self.C = (torch.randn(n, V, generator=g) * scale
-                                  for n in (V + 1, V + 1, 16))
+        self.A, self.B, self.C = (
+            torch.randn(n, V, generator=g) * scale for n in (V + 1, V + 1, 16)
+        )
 
     def perturbed(self, seed: int, noise: float) -> "Synthetic":
         """A draft: the same tables plus noise, so it agrees with the target only in part."""
@@ -53,8 +62,9 @@ def exact_marginals(target: Synthetic, sp: SamplingParams, positions: int) -> li
     """[P(y_1), P(y_2), ...]: P(y_j) = Σ_{x_<j} Π_i p(x_i | x_<i) · p(y_j | x_<j), enumerated."""
     out = []
     for j in range(positions):
-        ctx = torch.tensor(list(itertools.product(range(V), repeat=j)),
-                           dtype=torch.long).reshape(V ** j, j)
+        ctx = torch.tensor(list(itertools.product(range(V), repeat=j)), dtype=torch.long).reshape(
+            V**j, j
+        )
         w = torch.ones(ctx.shape[0], dtype=torch.float64)
         for i in range(j):
             w *= probs(target.logits(ctx[:, :i]), sp).double()[torch.arange(len(ctx)), ctx[:, i]]
@@ -109,9 +119,11 @@ def min_pvalue(round_fn, target: Synthetic, sp: SamplingParams, rounds=ROUNDS, s
 
 # --- drafters and rounds over the synthetic models -------------------------------------------
 
+
 def chain_round(target, draft, sp, k=2, accept=accept_chain, mode="sample"):
     """mode: "sample" x ~ q; "point" a deterministic drafter (argmax of the draft logits, q=None,
     like n-gram lookup); "argmax-with-q" the #32867 bug: argmax drafted, q claimed."""
+
     def round_(ctx, g):
         cur, xs, qs = ctx, [], []
         for _ in range(k):
@@ -128,6 +140,7 @@ def chain_round(target, draft, sp, k=2, accept=accept_chain, mode="sample"):
             n, y = accept(p[b], xs[b], None if mode == "point" else qs[b], g)
             out.append(xs[b, :n].tolist() + [y])
         return out
+
     return round_
 
 
@@ -171,8 +184,11 @@ def tree_round(target, draft, sp, shape, mode, accept=accept_tree):
                     tok[parent + (s,)] = kids[:, s]
             qrow[path] = base[parent]
             node_ctx[path] = torch.cat([node_ctx[parent], tok[path][:, None]], 1)
-        p = torch.stack([probs(target.logits(node_ctx[()]), sp)]
-                        + [probs(target.logits(node_ctx[q]), sp) for q in paths], 1)
+        p = torch.stack(
+            [probs(target.logits(node_ctx[()]), sp)]
+            + [probs(target.logits(node_ctx[q]), sp) for q in paths],
+            1,
+        )
         tokens = torch.stack([tok[q] for q in paths], 1)  # (B, n)
         qs = torch.stack([qrow[q] for q in paths], 1)  # (B, n, V)
         out = []
@@ -181,6 +197,7 @@ def tree_round(target, draft, sp, shape, mode, accept=accept_tree):
             path, y = accept(p[i], tree, g)
             out.append(tokens[i, path].tolist() + [y])
         return out
+
     return round_
 
 
@@ -190,11 +207,16 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # many small ops: a second t
 TARGET = Synthetic(0)
 DRAFT = TARGET.perturbed(1, 1.2)
 
-CHAIN_SETTINGS = [SamplingParams(1.0), SamplingParams(0.6), SamplingParams(1.6, top_p=0.8),
-                  SamplingParams(1.0, top_k=4)]
+CHAIN_SETTINGS = [
+    SamplingParams(1.0),
+    SamplingParams(0.6),
+    SamplingParams(1.6, top_p=0.8),
+    SamplingParams(1.0, top_k=4),
+]
 
 
 # --- lossless rules pass ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("sp", CHAIN_SETTINGS, ids=str)
 def test_chain_rule_emits_target_marginals(sp):
@@ -213,22 +235,28 @@ def test_chain_as_tree_emits_target_marginals():
     def as_tree(p, draft, q, g):
         path, y = accept_tree(p, Tree.chain(draft, q), g)
         return len(path), y
+
     assert min_pvalue(chain_round(TARGET, DRAFT, sp, k=2, accept=as_tree), TARGET, sp) > PASS
 
 
-@pytest.mark.parametrize("shape,mode,sp", [
-    ("binary2", "iid", SamplingParams(1.0)),
-    ("ragged", "iid", SamplingParams(1.3, top_p=0.8)),
-    ("binary2", "wor", SamplingParams(0.8)),
-    ("ragged", "wor", SamplingParams(1.0, top_k=5)),
-    ("binary2", "point", SamplingParams(1.0, top_p=0.85)),
-    ("ragged", "point", SamplingParams(0.6)),
-], ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "shape,mode,sp",
+    [
+        ("binary2", "iid", SamplingParams(1.0)),
+        ("ragged", "iid", SamplingParams(1.3, top_p=0.8)),
+        ("binary2", "wor", SamplingParams(0.8)),
+        ("ragged", "wor", SamplingParams(1.0, top_k=5)),
+        ("binary2", "point", SamplingParams(1.0, top_p=0.85)),
+        ("ragged", "point", SamplingParams(0.6)),
+    ],
+    ids=lambda v: str(v),
+)
 def test_tree_rule_emits_target_marginals(shape, mode, sp):
     assert min_pvalue(tree_round(TARGET, DRAFT, sp, shape, mode), TARGET, sp) > PASS
 
 
 # --- deterministic properties ----------------------------------------------------------------
+
 
 def test_residual_and_point_mass():
     p = torch.tensor([0.5, 0.3, 0.2, 0.0])
@@ -257,8 +285,11 @@ def test_greedy_tree_follows_argmax_and_matches_chain():
     for _ in range(30):
         m = int(torch.randint(0, 5, (1,), generator=g))
         logits = torch.randn(m + 1, V, generator=g)
-        draft = torch.where(torch.rand(m, generator=g) < 0.7, logits[:m].argmax(-1),
-                            torch.randint(0, V, (m,), generator=g))
+        draft = torch.where(
+            torch.rand(m, generator=g) < 0.7,
+            logits[:m].argmax(-1),
+            torch.randint(0, V, (m,), generator=g),
+        )
         path, y = accept_tree_greedy(logits, Tree.chain(draft))
         assert (len(path), y) == accept_greedy(logits, draft)
     paths, parents = parents_from_paths([(0,), (1,), (1, 0), (1, 1)])
@@ -291,12 +322,15 @@ def test_same_seed_same_tokens_from_the_accept_rules():
 
     def draws(seed):
         g = torch.Generator().manual_seed(seed)
-        return [accept_tree(p, tree, g) for _ in range(20)] + \
-            [accept_chain(p[:4], torch.tensor([1, 2, 3]), p[1:4], g) for _ in range(20)]
+        return [accept_tree(p, tree, g) for _ in range(20)] + [
+            accept_chain(p[:4], torch.tensor([1, 2, 3]), p[1:4], g) for _ in range(20)
+        ]
+
     assert draws(5) == draws(5) and draws(5) != draws(6)
 
 
 # --- planted bugs are caught by the same test ------------------------------------------------
+
 
 def chain_no_residual(p, draft, q, g):
     """Bug: on rejection resample from p instead of norm(max(0, p − q))."""
@@ -342,8 +376,9 @@ def tree_no_residual(p, tree, g):
 SP = SamplingParams(1.0)
 
 
-@pytest.mark.parametrize("accept", [chain_no_residual, chain_ratio_without_min],
-                         ids=["no-residual", "ratio-without-min"])
+@pytest.mark.parametrize(
+    "accept", [chain_no_residual, chain_ratio_without_min], ids=["no-residual", "ratio-without-min"]
+)
 def test_planted_chain_bug_is_caught(accept):
     assert min_pvalue(chain_round(TARGET, DRAFT, SP, k=2, accept=accept), TARGET, SP) < CAUGHT
 
@@ -360,10 +395,11 @@ def test_point_mass_without_residual_is_caught():
     assert min_pvalue(rf, TARGET, SP) < CAUGHT
 
 
-@pytest.mark.parametrize("mode,accept", [("wor", tree_wor_without_removal),
-                                         ("iid", tree_no_residual),
-                                         ("point", tree_no_residual)],
-                         ids=["wor-q-not-updated", "iid-no-residual", "point-no-residual"])
+@pytest.mark.parametrize(
+    "mode,accept",
+    [("wor", tree_wor_without_removal), ("iid", tree_no_residual), ("point", tree_no_residual)],
+    ids=["wor-q-not-updated", "iid-no-residual", "point-no-residual"],
+)
 def test_planted_tree_bug_is_caught(mode, accept):
     rf = tree_round(TARGET, DRAFT, SP, "binary2", mode, accept=accept)
     assert min_pvalue(rf, TARGET, SP) < CAUGHT

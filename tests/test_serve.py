@@ -1,6 +1,7 @@
 """engine=openai without a model server: Prometheus parsing and the τ/α arithmetic, the load's
 bounds, the client's failure kinds on real sockets, the server command, and the cell summary.
 The real server (vLLM on 127.0.0.1) is exercised in test_server_vllm.py."""
+
 from __future__ import annotations
 
 import json
@@ -10,12 +11,12 @@ import time
 
 import pandas as pd
 import pytest
+from conftest import compose
 
 from bench.serve import client, scrape
 from bench.serve.load import arrivals, run_pass
 from bench.serve.summary import SERVE_COLUMNS, summarize
-from conftest import compose
-from tasks.loader import Prompt
+from tasks.prompt import Prompt
 
 VLLM_TEXT = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
 # TYPE vllm:spec_decode_num_drafts_total counter
@@ -33,16 +34,27 @@ vllm:num_requests_running{engine="0",model_name="smol"} 0.0
 
 def test_counters_sum_labels_and_read_positions():
     c = scrape.counters(VLLM_TEXT, "vllm")
-    assert c == {"drafts": 40, "draft_tokens": 120, "accepted_tokens": 60,
-                 "accepted_per_pos": [30, 20, 10], "generated_tokens": 200}
+    assert c == {
+        "drafts": 40,
+        "draft_tokens": 120,
+        "accepted_tokens": 60,
+        "accepted_per_pos": [30, 20, 10],
+        "generated_tokens": 200,
+    }
     assert scrape.counters(VLLM_TEXT, "none") == {}
 
 
 def test_difference_and_speculation_match_our_definitions():
     before = scrape.counters(VLLM_TEXT, "vllm")
-    after = scrape.counters(VLLM_TEXT.replace("40.0", "50.0").replace(" 120.0", " 150.0")
-                            .replace(" 60.0", " 75.0").replace(" 30.0", " 36.0")
-                            .replace(" 20.0\n", " 25.0\n", 1).replace(" 180.0", " 225.0"), "vllm")
+    after = scrape.counters(
+        VLLM_TEXT.replace("40.0", "50.0")
+        .replace(" 120.0", " 150.0")
+        .replace(" 60.0", " 75.0")
+        .replace(" 30.0", " 36.0")
+        .replace(" 20.0\n", " 25.0\n", 1)
+        .replace(" 180.0", " 225.0"),
+        "vllm",
+    )
     d = scrape.difference(after, before)
     assert d["drafts"] == 10 and d["draft_tokens"] == 30 and d["accepted_tokens"] == 15
     assert d["generated_tokens"] == 45
@@ -55,8 +67,10 @@ def test_difference_and_speculation_match_our_definitions():
 
 
 def test_sglang_gauges():
-    text = ('sglang:spec_accept_length{model_name="m"} 2.5\n'
-            'sglang:spec_accept_rate{model_name="m"} 0.4\n')
+    text = (
+        'sglang:spec_accept_length{model_name="m"} 2.5\n'
+        'sglang:spec_accept_rate{model_name="m"} 0.4\n'
+    )
     g = scrape.counters(text, "sglang")
     assert g == {"accept_length": 2.5, "accept_rate": 0.4}
     s = scrape.speculation(scrape.difference(g, {}), 100)
@@ -113,22 +127,25 @@ def test_pass_respects_concurrency_count_and_time():
         r.chunk_times, r.end = [r.sent], time.perf_counter()
         return r
 
-    res = run_pass(prompts(3), send, concurrency=2, rate=None, num_requests=7, max_time_s=60,
-                   seed=0)
+    res = run_pass(
+        prompts(3), send, concurrency=2, rate=None, num_requests=7, max_time_s=60, seed=0
+    )
     assert res.started == 7 and res.not_started == 0 and peak[0] == 2
     assert len(res.turns) == 14  # two turns each, prompts cycled
     second = [t for t in res.turns if t.turn == 1][0]
     assert second.messages[1] == {"role": "assistant", "content": "a0"}  # turn 2 sees turn 1
-    res = run_pass(prompts(3), send, concurrency=1, rate=None, num_requests=50, max_time_s=0.3,
-                   seed=0)
+    res = run_pass(
+        prompts(3), send, concurrency=1, rate=None, num_requests=50, max_time_s=0.3, seed=0
+    )
     assert 0 < res.started < 50 and res.started + res.not_started == 50
 
 
 def test_failed_turn_ends_its_conversation():
     port = closed_port()
     send = lambda p, t, m: client.stream("127.0.0.1", port, "chat", {}, timeout=2)  # noqa: E731
-    res = run_pass(prompts(2), send, concurrency=2, rate=None, num_requests=2, max_time_s=30,
-                   seed=0)
+    res = run_pass(
+        prompts(2), send, concurrency=2, rate=None, num_requests=2, max_time_s=30, seed=0
+    )
     assert [t.reply.error for t in res.turns] == ["connection", "connection"]
     assert all(t.turn == 0 for t in res.turns)
 
@@ -142,48 +159,108 @@ def test_server_command_fills_placeholders(tmp_path):
     cfg = compose(["engine=openai", "server=vllm", "method=eagle3", "k=3", f"server.venv={venv}"])
     plain, spec = command(cfg, "baseline"), command(cfg, "method")
     assert plain[0] == str(venv / "bin" / "python") and "--speculative-config" not in plain
-    assert spec[:len(plain)] == plain
+    assert spec[: len(plain)] == plain
     conf = json.loads(spec[-1])
     assert conf["method"] == "eagle3" and conf["num_speculative_tokens"] == 3
     assert conf["model"].endswith("artifacts/smollm2-135m/eagle3")
     assert plain[plain.index("--port") + 1] == "18011"
     assert plain[plain.index("--dtype") + 1] == "float32"
-    sg = command(compose(["engine=openai", "server=sglang", "method=eagle3", "k=3",
-                          f"server.venv={venv}"]), "method")
+    sg = command(
+        compose(["engine=openai", "server=sglang", "method=eagle3", "k=3", f"server.venv={venv}"]),
+        "method",
+    )
     assert sg[sg.index("--speculative-num-steps") + 1] == "3"
     assert sg[sg.index("--speculative-num-draft-tokens") + 1] == "4"  # a chain: steps + 1
-    ng = json.loads(command(compose(["engine=openai", "server=vllm", "method=ngram",
-                                     f"server.venv={venv}"]), "method")[-1])
-    assert ng == {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_min": 1,
-                  "prompt_lookup_max": 3}
+    ng = json.loads(
+        command(
+            compose(["engine=openai", "server=vllm", "method=ngram", f"server.venv={venv}"]),
+            "method",
+        )[-1]
+    )
+    assert ng == {
+        "method": "ngram",
+        "num_speculative_tokens": 8,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3,
+    }
 
 
-def record(role, prompt_id, turn, repeat=0, error=None, verdict=None, new=10, wall=1.0,
-           ttft=0.1, task="code"):
-    return {"task": task, "prompt_id": prompt_id, "turn": turn, "repeat": repeat, "role": role,
-            "temperature": 0.0, "error": error, "verdict": verdict,
-            "new_tokens": 0 if error else new, "wall_s": wall, "ttft_s": None if error else ttft,
-            "tpot_s": None if error else (wall - ttft) / (new - 1),
-            "itl_s": [] if error else [0.1] * (new - 1)}
+def record(
+    role,
+    prompt_id,
+    turn,
+    repeat=0,
+    error=None,
+    verdict=None,
+    new=10,
+    wall=1.0,
+    ttft=0.1,
+    task="code",
+):
+    return {
+        "task": task,
+        "prompt_id": prompt_id,
+        "turn": turn,
+        "repeat": repeat,
+        "role": role,
+        "temperature": 0.0,
+        "error": error,
+        "verdict": verdict,
+        "new_tokens": 0 if error else new,
+        "wall_s": wall,
+        "ttft_s": None if error else ttft,
+        "tpot_s": None if error else (wall - ttft) / (new - 1),
+        "itl_s": [] if error else [0.1] * (new - 1),
+    }
 
 
 def test_summary_counts_errors_and_reads_counters():
-    recs = pd.DataFrame([
-        record("baseline", "a", 0), record("baseline", "b", 0),
-        record("method", "a", 0, verdict="exact", wall=0.5),
-        record("method", "b", 0, verdict="mismatch", wall=0.5),
-        record("method", "c", 0, error="http_400"), record("method", "d", 0, error="timeout"),
-    ])
+    recs = pd.DataFrame(
+        [
+            record("baseline", "a", 0),
+            record("baseline", "b", 0),
+            record("method", "a", 0, verdict="exact", wall=0.5),
+            record("method", "b", 0, verdict="mismatch", wall=0.5),
+            record("method", "c", 0, error="http_400"),
+            record("method", "d", 0, error="timeout"),
+        ]
+    )
     passes = [
-        {"role": "baseline", "repeat": 0, "throughput_tok_s": 10.0, "new_tokens": 20,
-         "not_started": 0, "counters": {}},
-        {"role": "method", "repeat": 0, "throughput_tok_s": 20.0, "new_tokens": 20,
-         "not_started": 3, "counters": {"drafts": 5, "draft_tokens": 10, "accepted_tokens": 5,
-                                        "accepted_per_pos": [4, 1], "generated_tokens": 20}},
+        {
+            "role": "baseline",
+            "repeat": 0,
+            "throughput_tok_s": 10.0,
+            "new_tokens": 20,
+            "not_started": 0,
+            "counters": {},
+        },
+        {
+            "role": "method",
+            "repeat": 0,
+            "throughput_tok_s": 20.0,
+            "new_tokens": 20,
+            "not_started": 3,
+            "counters": {
+                "drafts": 5,
+                "draft_tokens": 10,
+                "accepted_tokens": 5,
+                "accepted_per_pos": [4, 1],
+                "generated_tokens": 20,
+            },
+        },
     ]
-    ident = {"method": "ngram", "k": 2, "temperature": 0.0, "device": "cpu",
-             "engine": "openai/vllm", "weights": "bfloat16", "dtype": "bfloat16",
-             "server": "vllm", "concurrency": 4, "request_rate": None}
+    ident = {
+        "method": "ngram",
+        "k": 2,
+        "temperature": 0.0,
+        "device": "cpu",
+        "engine": "openai/vllm",
+        "weights": "bfloat16",
+        "dtype": "bfloat16",
+        "server": "vllm",
+        "concurrency": 4,
+        "request_rate": None,
+    }
     s = summarize(recs, passes, ident)
     assert list(s.columns) == SERVE_COLUMNS and len(s) == 1
     r = s.iloc[0]
@@ -198,9 +275,10 @@ def test_summary_counts_errors_and_reads_counters():
 def test_verdicts_judge_the_first_copy_of_each_turn():
     from types import SimpleNamespace
 
+    from conftest import tiny_tokenizer
+
     from bench.serve.cell import Cell, first_copies
     from bench.serve.load import PassResult, Turn
-    from conftest import tiny_tokenizer
 
     p, q = prompts(2)
 
@@ -213,11 +291,21 @@ def test_verdicts_judge_the_first_copy_of_each_turn():
     m0 = [{"role": "user", "content": "q0"}]
     m1 = m0 + [{"role": "assistant", "content": "the sum"}, {"role": "user", "content": "r0"}]
     m1x = m0 + [{"role": "assistant", "content": "the sea"}, {"role": "user", "content": "r0"}]
-    base = result([(0, p, 0, "the sum", m0), (0, p, 1, "two three", m1),
-                   (1, q, 0, "a poem", [{"role": "user", "content": "q1"}])])
-    spec = result([(0, p, 0, "the sea", m0), (0, p, 1, "two three", m1x),
-                   (1, q, 0, "a poem", [{"role": "user", "content": "q1"}]),
-                   (2, q, 0, "other copy", [{"role": "user", "content": "q1"}])])
+    base = result(
+        [
+            (0, p, 0, "the sum", m0),
+            (0, p, 1, "two three", m1),
+            (1, q, 0, "a poem", [{"role": "user", "content": "q1"}]),
+        ]
+    )
+    spec = result(
+        [
+            (0, p, 0, "the sea", m0),
+            (0, p, 1, "two three", m1x),
+            (1, q, 0, "a poem", [{"role": "user", "content": "q1"}]),
+            (2, q, 0, "other copy", [{"role": "user", "content": "q1"}]),
+        ]
+    )
     cell = SimpleNamespace(cfg=SimpleNamespace(temperature=0.0), tokenizer=tiny_tokenizer())
     v = Cell.verdicts(cell, base, spec)
     assert v[("p0", 0)] == {"verdict": "mismatch", "first_divergence": 1}  # "the" agrees

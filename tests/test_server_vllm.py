@@ -9,6 +9,7 @@ columns, the greedy verdicts and that no server outlives its cell; one EAGLE-3 c
 shipped head (artifacts/smollm2-135m/eagle3, unchanged) beside the same head in our engine, and
 the report puts their τ and α per position side by side.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,23 +18,33 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_cli import ENV
 
 from bench.serve.server import get
 from bench.serve.summary import SERVE_COLUMNS
-from test_cli import ENV, bench
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 VENVS = Path(os.environ.get("SPECSWEEP_VENVS", Path.home() / ".cache/specsweep/venvs"))
 HAVE_VLLM = (VENVS / "vllm" / "bin" / "python").exists()
 if not HAVE_VLLM and not os.environ.get("CI"):
-    pytest.skip(f"vLLM's CPU build is not in {VENVS}/vllm (make install-vllm)",
-                allow_module_level=True)
+    pytest.skip(
+        f"vLLM's CPU build is not in {VENVS}/vllm (make install-vllm)", allow_module_level=True
+    )
 
 # float32: the CPU build's fast path without avx512_bf16, and greedy comparisons free of bf16
 # near-ties; short answers keep each cell to a minute or two on 2 cores
-COMMON = ["engine=openai", "server=vllm", "server.dtype=float32", "task=code", "limit=3",
-          "max_new_tokens=32", "repeats=1", "warmup=1", "request_timeout_s=600"]
+COMMON = [
+    "engine=openai",
+    "server=vllm",
+    "server.dtype=float32",
+    "task=code",
+    "limit=3",
+    "max_new_tokens=32",
+    "repeats=1",
+    "warmup=1",
+    "request_timeout_s=600",
+]
 SERVER_ENV = dict(ENV, SPECSWEEP_VENVS=str(VENVS))
 
 
@@ -43,8 +54,14 @@ def run(*args, timeout=3000):
 
     from conftest import ROOT
 
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, env=SERVER_ENV,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=ROOT,
+        env=SERVER_ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def passes(cell: Path) -> dict:
@@ -65,9 +82,17 @@ def ngram_sweep(tmp_path_factory):
 def test_sweep_writes_usual_outputs_per_cell(ngram_sweep):
     cells, stdout = ngram_sweep
     for cell in cells:
-        for name in ("records.jsonl", "summary.csv", "passes.jsonl", "config.yaml", "env.json",
-                     "answers/ar.jsonl", "answers/ngram.jsonl", "server_baseline_0.log",
-                     "server_method_0.log"):
+        for name in (
+            "records.jsonl",
+            "summary.csv",
+            "passes.jsonl",
+            "config.yaml",
+            "env.json",
+            "answers/ar.jsonl",
+            "answers/ngram.jsonl",
+            "server_baseline_0.log",
+            "server_method_0.log",
+        ):
             assert (cell / name).exists(), (cell, name)
         s = pd.read_csv(cell / "summary.csv")
         assert list(s.columns) == SERVE_COLUMNS
@@ -95,7 +120,8 @@ def test_counters_give_tau_and_alpha(ngram_sweep):
         assert s.tau == pytest.approx(n / (n - a)) and s.tau > 1
         assert s.acceptance_rate == pytest.approx(a / spec["draft_tokens"])
         assert json.loads(s.alpha_per_pos)[0] == pytest.approx(
-            spec["accepted_per_pos"][0] / spec["drafts"], abs=1e-4)
+            spec["accepted_per_pos"][0] / spec["drafts"], abs=1e-4
+        )
 
 
 def test_latency_columns_and_concurrency(ngram_sweep):
@@ -109,8 +135,12 @@ def test_latency_columns_and_concurrency(ngram_sweep):
         recs = [json.loads(x) for x in open(cell / "records.jsonl")]
         assert all(r["new_tokens"] > 0 and r["ttft_s"] > 0 for r in recs)
         method = [r for r in recs if r["role"] == "method"]
-        overlap = sum(1 for a in method for b in method if a is not b
-                      and a["sent_s"] <= b["sent_s"] < a["sent_s"] + a["wall_s"])
+        overlap = sum(
+            1
+            for a in method
+            for b in method
+            if a is not b and a["sent_s"] <= b["sent_s"] < a["sent_s"] + a["wall_s"]
+        )
         if s.concurrency == 1:  # one request at a time
             assert overlap == 0
         else:  # three at once
@@ -127,7 +157,8 @@ def test_greedy_verdicts(ngram_sweep):
             assert (r["verdict"] == "exact") == (r["output_text"] == base[r["prompt_id"]])
         s = pd.read_csv(cell / "summary.csv").iloc[-1]
         assert s.exact_match == pytest.approx(
-            sum(r["verdict"] == "exact" for r in method) / len(method))
+            sum(r["verdict"] == "exact" for r in method) / len(method)
+        )
         if s.concurrency == 1:  # float32, one request at a time: n-gram speculation is exact
             assert s.exact_match == 1.0
 
@@ -162,8 +193,18 @@ def test_eagle3_head_in_vllm_beside_ours(tmp_path):
     spec = passes(served)["method"]["counters"]
     assert spec["drafts"] > 0 and spec["accepted_tokens"] > 0  # vLLM accepts our head's drafts
     assert len(spec["accepted_per_pos"]) == 3
-    p = run("method=eagle3", "k=3", "task=code", "limit=2", "max_new_tokens=32", "repeats=1",
-            "warmup=0", "model.dtype=float32", "device=cpu", f"out={ours}")
+    p = run(
+        "method=eagle3",
+        "k=3",
+        "task=code",
+        "limit=2",
+        "max_new_tokens=32",
+        "repeats=1",
+        "warmup=0",
+        "model.dtype=float32",
+        "device=cpu",
+        f"out={ours}",
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     index = build([served, ours], tmp_path / "report")
     text = index.read_text()

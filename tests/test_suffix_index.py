@@ -6,6 +6,7 @@ earlier-occurring suffix, matching statistics, sequences kept apart by separator
 drafts `methods.suffix.speculate` builds from all that (chain and tree), recomputed here by
 scanning the text.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -20,8 +21,12 @@ from methods.suffix import speculate
 def ends(seqs: list[list[int]], s: list[int]) -> list[tuple[int, int]]:
     """(sequence, end index) of every occurrence of s inside one sequence."""
     n = len(s)
-    return [(k, i + n - 1) for k, t in enumerate(seqs) for i in range(len(t) - n + 1)
-            if t[i : i + n] == s]
+    return [
+        (k, i + n - 1)
+        for k, t in enumerate(seqs)
+        for i in range(len(t) - n + 1)
+        if t[i : i + n] == s
+    ]
 
 
 def random_text(rng, length=None, vocab=None) -> list[int]:
@@ -74,6 +79,7 @@ def test_matching_statistics_and_separated_sequences():
 
 def brute_draft(seqs, context, k, factor, offset, min_prob, max_depth, tree):
     """Suffix decoding's draft by scanning: counts of substrings up to max_depth tokens."""
+
     def count(s):
         return len(ends(seqs, s)) if len(s) <= max_depth else 0
 
@@ -120,17 +126,24 @@ def brute_draft(seqs, context, k, factor, offset, min_prob, max_depth, tree):
 def test_drafts_match_brute_force(tree):
     rng = random.Random(11 if tree else 12)
     for _ in range(150):
-        seqs = [random_text(rng, length=rng.randrange(2, 30), vocab=rng.choice([2, 3, 4]))
-                for _ in range(rng.randrange(1, 3))]
+        seqs = [
+            random_text(rng, length=rng.randrange(2, 30), vocab=rng.choice([2, 3, 4]))
+            for _ in range(rng.randrange(1, 3))
+        ]
         context = seqs[-1]  # the local index holds the context itself
-        knobs = dict(k=rng.choice([1, 3, 8]), factor=rng.choice([0.5, 1.0, 2.0]),
-                     offset=rng.choice([0.0, 1.0]), min_prob=rng.choice([0.0, 0.1, 0.4]),
-                     max_depth=rng.choice([3, 5, 24]), tree=tree)
+        knobs = dict(
+            k=rng.choice([1, 3, 8]),
+            factor=rng.choice([0.5, 1.0, 2.0]),
+            offset=rng.choice([0.0, 1.0]),
+            min_prob=rng.choice([0.0, 0.1, 0.4]),
+            max_depth=rng.choice([3, 5, 24]),
+            tree=tree,
+        )
         sam = SuffixAutomaton(count_depth=knobs["max_depth"])
         for s in seqs:
             sam.extend_separated(s)
         longest = min(knobs["max_depth"], len(context)) - 1
-        v, n = sam.match(context[-knobs["max_depth"]:])
+        v, n = sam.match(context[-knobs["max_depth"] :])
         got = speculate(sam, v, n, longest, *knobs.values())
         want = brute_draft(seqs, context, *knobs.values())
         assert (got.tokens, got.parents) == (want[0], want[1]), knobs

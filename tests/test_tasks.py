@@ -1,5 +1,6 @@
 """Every task loads offline (or says in one line why not), built-in counts, lengths and schema hold,
 groups expand, and a Spec-Bench-format file (written here) reads with its 13 categories mapped."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,9 @@ from statistics import mean
 
 import pytest
 
-from bench.errors import UserError
-from tasks.loader import SOURCES, _task_cfg, load_prompts, read_jsonl, task_names
+from groundfloor.errors import UserError
+from tasks.loader import SOURCES, _task_cfg, load_prompts, task_names
+from tasks.prompt import read_jsonl
 from tasks.specbench import CATEGORIES, MT_BENCH, map_category, specbench_category
 
 CORE = ("dialog", "code", "reasoning", "translation")
@@ -23,8 +25,7 @@ def test_builtin_task_loads_offline(name):
     assert len(prompts) >= 30
     assert len({p.id for p in prompts}) == len(prompts)
     assert all(p.task == name and p.category == name and p.subcategory for p in prompts)
-    assert all(p.turns and all(isinstance(t, str) and t.strip() for t in p.turns)
-               for p in prompts)
+    assert all(p.turns and all(isinstance(t, str) and t.strip() for t in p.turns) for p in prompts)
     assert all(p.max_new_tokens == cfg["max_new_tokens"] <= 128 for p in prompts)
     if name == "dialog":
         assert len(prompts) >= 24 and all(len(p.turns) == 2 for p in prompts)
@@ -58,8 +59,9 @@ def test_task_yaml_schema(name):
     cfg = _task_cfg(name)
     assert cfg["name"] == name
     if "include" in cfg:
-        assert all(sub in task_names() and "include" not in _task_cfg(sub)
-                   for sub in cfg["include"])
+        assert all(
+            sub in task_names() and "include" not in _task_cfg(sub) for sub in cfg["include"]
+        )
         return
     assert cfg["source"] in SOURCES and cfg["version"] >= 1
     assert cfg["category"] in CATEGORIES or (cfg["source"] == "jsonl" and cfg["category"] is None)
@@ -97,24 +99,37 @@ def test_groups_core_and_all():
 
 def test_specbench_file_round_trips(tmp_path):
     """A question file with all 13 Spec-Bench categories: mapped to ours, and back for answers."""
-    rows = [{"question_id": 81 + i, "category": c,
-             "turns": [f"question {i}"] + ([f"follow-up {i}"] if c in MT_BENCH else [])}
-            for i, c in enumerate(SPECBENCH_CATEGORIES)]
+    rows = [
+        {
+            "question_id": 81 + i,
+            "category": c,
+            "turns": [f"question {i}"] + ([f"follow-up {i}"] if c in MT_BENCH else []),
+        }
+        for i, c in enumerate(SPECBENCH_CATEGORIES)
+    ]
     f = tmp_path / "question.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     prompts = load_prompts(dict(_task_cfg("jsonl"), path=str(f)))
     assert [p.id for p in prompts] == [str(r["question_id"]) for r in rows]
     assert [p.category for p in prompts] == ["dialog"] * 8 + [
-        "translation", "summarization", "qa", "reasoning", "rag"]
+        "translation",
+        "summarization",
+        "qa",
+        "reasoning",
+        "rag",
+    ]
     assert [p.turns for p in prompts] == [r["turns"] for r in rows]
     assert [specbench_category(p.category, p.subcategory) for p in prompts] == list(
-        SPECBENCH_CATEGORIES)
+        SPECBENCH_CATEGORIES
+    )
 
 
 def test_jsonl_category_filter_and_fixed_category(tmp_path):
     f = tmp_path / "q.jsonl"
-    f.write_text('{"question_id": 1, "category": "qa", "turns": ["a"]}\n'
-                 '{"question_id": 2, "category": "rag", "turns": ["b"]}\n')
+    f.write_text(
+        '{"question_id": 1, "category": "qa", "turns": ["a"]}\n'
+        '{"question_id": 2, "category": "rag", "turns": ["b"]}\n'
+    )
     base = dict(_task_cfg("jsonl"), path=str(f))
     assert [p.id for p in load_prompts(dict(base, categories=["rag"]))] == ["2"]
     assert {p.category for p in load_prompts(dict(base, category="qa"))} == {"qa"}
@@ -133,6 +148,7 @@ def test_category_map_covers_specbench():
 def test_builtin_files_read_the_same_as_specbench_files(tmp_path):
     """Our sets are Spec-Bench question files: task=jsonl gives each its own category."""
     from tasks.loader import DATA
+
     for name in CATEGORIES:
         prompts = load_prompts(dict(_task_cfg("jsonl"), path=str(DATA / f"{name}.jsonl")))
         assert {p.category for p in prompts} == {name}

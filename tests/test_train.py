@@ -1,4 +1,5 @@
 """The training pipeline end to end on a tiny target: distillation data, training, resume, load."""
+
 from __future__ import annotations
 
 import json
@@ -6,53 +7,70 @@ import json
 import pytest
 import torch
 from omegaconf import OmegaConf
-
-from bench.runner import build_method
-from bench.train import distill, loop, specs
-from drafters import medusa as heads_io
 from test_lossless_greedy import make_ctx, prompts, run
 
+from bench.train import distill, loop, specs
+from drafters import medusa as heads_io
+from methods.registry import build_method
 
-TINY_DISTILL = {"engine": "lean", "weights": "float32", "dtype": "float32", "kernel": "aten",
-                "device": "cpu", "seed": 0}
+TINY_DISTILL = {
+    "engine": "lean",
+    "weights": "float32",
+    "dtype": "float32",
+    "kernel": "aten",
+    "device": "cpu",
+    "seed": 0,
+}
 
 
 @pytest.fixture()
 def data(tiny_target_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "cache"))
     words = "write a short poem about the sea and explain the answer step by step".split()
-    rows = [{"question_id": f"t{i}", "category": "general",
-             "turns": [" ".join(words[i % 5: i % 5 + 6])]} for i in range(12)]
+    rows = [
+        {
+            "question_id": f"t{i}",
+            "category": "general",
+            "turns": [" ".join(words[i % 5 : i % 5 + 6])],
+        }
+        for i in range(12)
+    ]
     d = distill.build(str(tiny_target_dir), rows, 24, [1, -1], TINY_DISTILL, batch=4)
     assert len(d) == 12 and all(x["hidden"][-1].shape[0] == len(x["ids"]) for x in d)
     assert {x["temperature"] for x in d} == {0.0, 1.0}  # greedy and sampled answers
     # against the target itself: each sequence's states are a fresh forward's over its ids, and
     # a greedy answer takes the argmax at every position (teacher-forced; near-ties allowed)
     from transformers import AutoModelForCausalLM
+
     ref = AutoModelForCausalLM.from_pretrained(str(tiny_target_dir), dtype=torch.float32).eval()
     for x in d:
         with torch.no_grad():
             out = ref(x["ids"][None], output_hidden_states=True)
         for layer in (1, -1):  # stored in bfloat16: its rounding, 2⁻⁸ relative
-            assert torch.allclose(x["hidden"][layer].float(), out.hidden_states[layer][0],
-                                  rtol=1e-2, atol=1e-2), layer
+            assert torch.allclose(
+                x["hidden"][layer].float(), out.hidden_states[layer][0], rtol=1e-2, atol=1e-2
+            ), layer
         if x["temperature"] == 0:
             lg = out.logits[0, x["start"] - 1 : -1]
-            took = lg.gather(1, x["ids"][x["start"]:, None])[:, 0]
+            took = lg.gather(1, x["ids"][x["start"] :, None])[:, 0]
             assert (took >= lg.max(-1).values - 1e-4).all()
     # a second build is served from the cache: no decoding, the same sequences
     monkeypatch.setattr(distill, "decode_batch", lambda *a, **k: pytest.fail("re-decoded"))
     again = distill.build(str(tiny_target_dir), rows, 24, [1, -1], TINY_DISTILL, batch=4)
-    assert all(torch.equal(a["ids"], b["ids"]) and torch.equal(a["hidden"][-1], b["hidden"][-1])
-               for a, b in zip(again, d))
+    assert all(
+        torch.equal(a["ids"], b["ids"]) and torch.equal(a["hidden"][-1], b["hidden"][-1])
+        for a, b in zip(again, d)
+    )
     return d
 
 
 def test_medusa_training_learns_resumes_and_loads(data, tiny_target_dir, tmp_path):
-    from bench.models import load_model
+    from groundfloor.models import load_model
+
     target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
-    spec = specs.MedusaSpec(data, target, num_heads=2, num_layers=1, batch_size=32,
-                            holdout=0.25, base="tiny")
+    spec = specs.MedusaSpec(
+        data, target, num_heads=2, num_layers=1, batch_size=32, holdout=0.25, base="tiny"
+    )
     assert set(spec.sizes()) == {"train", "eval"}
     before = loop.evaluate(spec)["loss_per_pos"]
     work = tmp_path / "work"
@@ -68,64 +86,97 @@ def test_medusa_training_learns_resumes_and_loads(data, tiny_target_dir, tmp_pat
     heads, cfg = heads_io.load(out)
     assert len(cfg["rank_accuracy"]) == 2 and cfg["shared_lm_head"]
     ctx = make_ctx(target)
-    ar = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, ctx)
-    md = build_method(OmegaConf.create({"_target_": "methods.medusa.Medusa", "name": "medusa",
-                                        "heads": str(out), "tree": "auto", "tree_size": 6}), ctx)
+    ar = build_method("ar", ctx)
+    md = build_method(
+        OmegaConf.create(
+            {
+                "_target_": "methods.medusa.Medusa",
+                "name": "medusa",
+                "heads": str(out),
+                "tree": "auto",
+                "tree_size": 6,
+            }
+        ),
+        ctx,
+    )
     for p in prompts(3):
         assert run(md, p).output_ids == run(ar, p).output_ids
 
 
 def test_training_prompts_are_generated_deterministically():
     from bench.train import prompts as tp
+
     a, b = tp.build(), tp.build()
     assert a == b and len(a) >= 300
     assert len({r["turns"][0] for r in a}) == len(a)
 
 
 def test_distilled_draft_trains_saves_and_is_exact(data, tiny_target_dir, tmp_path):
-    from bench.models import load_model
     from drafters import draftmodel
+    from groundfloor.models import load_model
+
     target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
-    spec = specs.DraftSpec(data, target, num_layers=1, vocab_size=40, batch_size=4,
-                           holdout=0.25, base="tiny")
+    spec = specs.DraftSpec(
+        data, target, num_layers=1, vocab_size=40, batch_size=4, holdout=0.25, base="tiny"
+    )
     assert spec.d2t.numel() == 40 and 0 < spec.coverage <= 1
     before = loop.evaluate(spec)["loss_per_pos"][0]
-    result = loop.train(spec, tmp_path / "w", steps=30, lr=3e-3, warmup=2, ckpt_every=10,
-                        eval_every=10)
+    result = loop.train(
+        spec, tmp_path / "w", steps=30, lr=3e-3, warmup=2, ckpt_every=10, eval_every=10
+    )
     assert result["loss_per_pos"][0] < before
     out = tmp_path / "draft"
     spec.save(out, result)
     assert draftmodel.is_distilled(out)
     draft = draftmodel.load(out, target, torch.float32)
     from safetensors.torch import load_file
+
     saved = load_file(str(out / "model.safetensors"))
     assert not any("embed_tokens" in key for key in saved)  # the target's table, never a copy
     assert draft.embed.data_ptr() == target.get_input_embeddings().weight.data_ptr()
     ctx = make_ctx(target)
-    ar = build_method({"_target_": "methods.ar.AR", "name": "ar", "k": 0}, ctx)
-    dr = build_method(OmegaConf.create({"_target_": "methods.draft.Draft", "name": "draft",
-                                        "k": 3, "model": str(out)}), ctx)
+    ar = build_method("ar", ctx)
+    dr = build_method(
+        OmegaConf.create(
+            {"_target_": "methods.draft.Draft", "name": "draft", "k": 3, "model": str(out)}
+        ),
+        ctx,
+    )
     for p in prompts(4):
         assert run(dr, p).output_ids == run(ar, p).output_ids
 
 
 def _medusa(data, target, seed):
     torch.manual_seed(seed)  # as `python -m bench.train` does before building the drafter
-    return specs.MedusaSpec(data, target, num_heads=2, num_layers=1, batch_size=16,
-                            holdout=0.25, base="tiny")
+    return specs.MedusaSpec(
+        data, target, num_heads=2, num_layers=1, batch_size=16, holdout=0.25, base="tiny"
+    )
 
 
 def _eagle(data, target, seed):
     from bench.train.eagle_spec import EagleSpec
+
     torch.manual_seed(seed)
-    return EagleSpec(data, target, "eagle", steps=2, eval_steps=2, vocab_size=None,
-                     batch_size=8, holdout=0.25, base="tiny", layers=None)
+    return EagleSpec(
+        data,
+        target,
+        "eagle",
+        steps=2,
+        eval_steps=2,
+        vocab_size=None,
+        batch_size=8,
+        holdout=0.25,
+        base="tiny",
+        layers=None,
+    )
 
 
 @pytest.mark.parametrize("make", [_medusa, _eagle], ids=["medusa", "eagle"])
 def test_training_is_reproducible_and_a_resumed_run_equals_an_uninterrupted_one(
-        data, tiny_target_dir, tmp_path, make):
-    from bench.models import load_model
+    data, tiny_target_dir, tmp_path, make
+):
+    from groundfloor.models import load_model
+
     target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
     kw = dict(steps=12, lr=1e-2, warmup=2, ckpt_every=4, eval_every=4, seed=3)
     a, b = make(data, target, 0), make(data, target, 0)
@@ -142,6 +193,7 @@ def test_training_is_reproducible_and_a_resumed_run_equals_an_uninterrupted_one(
         if len(calls) == 7:
             raise KeyboardInterrupt
         return real(batch)
+
     c.step_loss = dies_at_step_7
     with pytest.raises(KeyboardInterrupt):
         loop.train(c, tmp_path / "c", **kw)
@@ -152,17 +204,21 @@ def test_training_is_reproducible_and_a_resumed_run_equals_an_uninterrupted_one(
         assert torch.equal(x, y), k
     other = make(data, target, 0)  # another seed for the batch order: other weights
     loop.train(other, tmp_path / "d", **dict(kw, seed=4))
-    assert not all(torch.equal(x, y) for x, y in zip(a.module.state_dict().values(),
-                                                      other.module.state_dict().values()))
+    assert not all(
+        torch.equal(x, y)
+        for x, y in zip(a.module.state_dict().values(), other.module.state_dict().values())
+    )
 
 
 def test_early_stopping_keeps_the_best_held_out_weights(data, tiny_target_dir, tmp_path):
-    from bench.models import load_model
+    from groundfloor.models import load_model
+
     target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
     spec = _medusa(data, target, 0)
     # a learning rate this high makes the held-out loss worse after the first evaluation
-    result = loop.train(spec, tmp_path / "w", steps=60, lr=5.0, warmup=1, ckpt_every=10,
-                        eval_every=2, patience=2)
+    result = loop.train(
+        spec, tmp_path / "w", steps=60, lr=5.0, warmup=1, ckpt_every=10, eval_every=2, patience=2
+    )
     log = [json.loads(x) for x in (tmp_path / "w" / "train_log.jsonl").read_text().splitlines()]
     evals = [loop.held_out_loss(r["eval"]) for r in log if "eval" in r]
     assert result["stopped_early_at"] is not None and result["steps"] < 60

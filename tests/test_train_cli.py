@@ -1,4 +1,5 @@
 """`python -m bench.train`: the Hydra entry point end to end on a tiny target, and its errors."""
+
 from __future__ import annotations
 
 import json
@@ -7,35 +8,64 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 
 def train(args, tmp_path):
     env = dict(os.environ, SPECSWEEP_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "bench.train", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bench.train", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture()
 def prompt_file(tmp_path):
     f = tmp_path / "prompts.jsonl"
     words = "write a short poem about the sea and explain the answer step by step".split()
-    f.write_text("".join(json.dumps({"question_id": f"t{i}", "category": "general",
-                                     "turns": [" ".join(words[i % 5: i % 5 + 6])]}) + "\n"
-                         for i in range(8)))
+    f.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "question_id": f"t{i}",
+                    "category": "general",
+                    "turns": [" ".join(words[i % 5 : i % 5 + 6])],
+                }
+            )
+            + "\n"
+            for i in range(8)
+        )
+    )
     return f
 
 
 @pytest.mark.parametrize("drafter", ["eagle3", "medusa"])
-def test_train_command_writes_the_published_layout(drafter, tiny_target_dir, prompt_file,
-                                                   tmp_path):
+def test_train_command_writes_the_published_layout(drafter, tiny_target_dir, prompt_file, tmp_path):
     out = tmp_path / "out"
-    r = train([f"drafter={drafter}", f"target={tiny_target_dir}", f"prompts={prompt_file}",
-               "max_new_tokens=12", "layers=[0,1,-1]", "distill.batch=4", "drafter.steps=4",
-               "drafter.eval_every=2", "drafter.ckpt_every=2", f"out={out}"]
-              + (["drafter.layers=[0,1,1]", "drafter.vocab_size=40"] if drafter == "eagle3"
-                 else ["drafter.num_heads=2"]), tmp_path)
+    r = train(
+        [
+            f"drafter={drafter}",
+            f"target={tiny_target_dir}",
+            f"prompts={prompt_file}",
+            "max_new_tokens=12",
+            "layers=[0,1,-1]",
+            "distill.batch=4",
+            "drafter.steps=4",
+            "drafter.eval_every=2",
+            "drafter.ckpt_every=2",
+            f"out={out}",
+        ]
+        + (
+            ["drafter.layers=[0,1,1]", "drafter.vocab_size=40"]
+            if drafter == "eagle3"
+            else ["drafter.num_heads=2"]
+        ),
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["drafter"] == drafter and summary["artifact_bytes"] > 0

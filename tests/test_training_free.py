@@ -1,32 +1,33 @@
 """The training-free methods (suffix, sam, recycling, lookahead): greedy exactness against `ar`
 on both engines with drafts that are actually accepted, their cross-turn state, and the
 run-level distribution check at T = 1."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
-from omegaconf import OmegaConf
-
-from bench.errors import UserError
-from bench.runner import build_method, execute
 from conftest import compose, tiny_llama, tiny_tokenizer
-from drafters.suffix_automaton import SuffixAutomaton
-from engines.load import wrap
-from methods.lookahead import trie, window_parents
+from omegaconf import OmegaConf
 from test_distcheck import tiny_run
 from test_eagle import save_head
 from test_lossless_greedy import make_ctx, prompts, run
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+from bench.runner import execute
+from drafters.suffix_automaton import SuffixAutomaton
+from engines.load import wrap
+from groundfloor.errors import UserError
+from methods.lookahead import trie, window_parents
+from methods.registry import build_method
 
-AR = {"_target_": "methods.ar.AR", "name": "ar", "k": 0}
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def conf(name: str, **kw):
     """A method's shipped YAML with knobs replaced."""
     from bench.config import CONF
+
     node = OmegaConf.load(CONF / "method" / f"{name}.yaml")
     return OmegaConf.merge(node, kw)
 
@@ -36,17 +37,24 @@ def repetitive(count, seed=0):
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(count):
-        seg = torch.randint(4, 128, (int(torch.randint(4, 10, (1,), generator=g)),),
-                            generator=g).tolist()
-        out.append(seg + torch.randint(4, 128, (3,), generator=g).tolist() + seg
-                   + seg[: len(seg) // 2])
+        seg = torch.randint(
+            4, 128, (int(torch.randint(4, 10, (1,), generator=g)),), generator=g
+        ).tolist()
+        out.append(
+            seg + torch.randint(4, 128, (3,), generator=g).tolist() + seg + seg[: len(seg) // 2]
+        )
     return out
 
 
 CASES = {
-    "suffix": {}, "suffix-tree": {"shape": "tree"}, "sam": {}, "recycling": {},
-    "recycling-small": {"tree": "small", "k": 2}, "lookahead": {},
-    "lookahead-wide": {"W": 6, "N": 4, "G": 2}, "lookahead-n2": {"N": 2},
+    "suffix": {},
+    "suffix-tree": {"shape": "tree"},
+    "sam": {},
+    "recycling": {},
+    "recycling-small": {"tree": "small", "k": 2},
+    "lookahead": {},
+    "lookahead-wide": {"W": 6, "N": 4, "G": 2},
+    "lookahead-n2": {"N": 2},
     "lookahead-jacobi": {"pool_from_prompt": False},
 }
 
@@ -54,7 +62,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_greedy_output_equals_ar_and_drafts_are_accepted(target, case):
     ctx = make_ctx(target)
-    ar = build_method(AR, ctx)
+    ar = build_method("ar", ctx)
     m = build_method(conf(case.split("-")[0], **CASES[case]), ctx)
     accepted = emitted = 0
     for p in repetitive(4) + prompts(2, seed=5):
@@ -127,7 +135,7 @@ def test_sam_static_corpus(target, tmp_path):
     ctx = make_ctx(target)
     ctx.tokenizer = tok
     p = prompts(1, seed=41)[0]
-    out = run(build_method(AR, ctx), p).output_ids
+    out = run(build_method("ar", ctx), p).output_ids
     text = tok.decode(p + out)
     assert tok(text, add_special_tokens=False)["input_ids"] == p + out  # words round-trip
     (tmp_path / "corpus.txt").write_text("the the a\n" + text + "\n")
@@ -150,8 +158,15 @@ def test_sam_with_eagle_fallback_equals_ar(eagle_target, engine, tmp_path):
     tgt = eagle_target[engine]
     d = save_head(tgt, "eagle", tmp_path / "head", seed=3)
     ctx = make_ctx(tgt)
-    m = build_method(conf("sam", fallback="eagle", min_match=2, fallback_overrides={
-        "heads": str(d), "top_k": 3, "total_tokens": 10, "k": 3}), ctx)
+    m = build_method(
+        conf(
+            "sam",
+            fallback="eagle",
+            min_match=2,
+            fallback_overrides={"heads": str(d), "top_k": 3, "total_tokens": 10, "k": 3},
+        ),
+        ctx,
+    )
     assert m.name == "sam+eagle" and m.fallback.total_tokens == 10
     assert m.max_verify_width() == 11
     used = {"eagle": 0}
@@ -162,7 +177,7 @@ def test_sam_with_eagle_fallback_equals_ar(eagle_target, engine, tmp_path):
         return draft(state)
 
     m.fallback.draft = counted
-    ar = build_method(AR, ctx)
+    ar = build_method("ar", ctx)
     rounds = 0
     for p in repetitive(2, seed=8) + prompts(2, seed=9):
         base, res = run(ar, p), run(m, p)
@@ -175,8 +190,7 @@ BAD = [
     ("suffix", {"shape": "star"}, "method.shape='star': choose one of: chain, tree"),
     ("suffix", {"max_cached": -1}, "method.max_cached=-1"),
     ("suffix", {"min_token_prob": 2}, "method.min_token_prob=2.0"),
-    ("sam", {"fallback": "ngram"}, "method.fallback='ngram': choose one of: eagle, eagle3, "
-                                   "medusa"),
+    ("sam", {"fallback": "ngram"}, "method.fallback='ngram': choose one of: eagle, eagle3, medusa"),
     ("sam", {"corpus": "/nonexistent.txt"}, "method.corpus='/nonexistent.txt' is not a file"),
     ("sam", {"min_match": 0}, "method.min_match=0"),
     ("recycling", {"tree": "huge"}, "method.tree='huge' is unknown"),
@@ -195,8 +209,9 @@ def test_bad_knobs_are_one_clear_line(target, name, knobs, message):
 @pytest.mark.parametrize("method", ["suffix", "sam", "recycling", "lookahead"])
 def test_check_distribution_passes(method, tiny_target_dir, tmp_path):
     """Point-mass drafts through the tree rule at T = 1: the method samples ar's law."""
-    summary, _, _ = execute(compose([f"method={method}", *tiny_run(tiny_target_dir, tmp_path)]),
-                            tmp_path)
+    summary, _, _ = execute(
+        compose([f"method={method}", *tiny_run(tiny_target_dir, tmp_path)]), tmp_path
+    )
     ev = json.loads((tmp_path / "distcheck.json").read_text())
     assert 0 < ev["accepted_tokens"] < ev["drafted_tokens"]
     assert summary.dist_pvalue.iloc[0] > 0.01
@@ -209,13 +224,22 @@ def test_suffix_index_memory_is_reported():
 
 def test_check_distribution_passes_with_eagle_fallback(tiny_target_dir, tmp_path):
     """sam + eagle at T = 1: chains and EAGLE trees alternate through one tree rule."""
-    from bench.models import load_model
+    from groundfloor.models import load_model
+
     tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
     d = save_head(tgt, "eagle", tmp_path / "head", seed=4)
-    summary, _, _ = execute(compose([
-        "method=sam", "method.fallback=eagle", "method.min_match=2",
-        f"+method.fallback_overrides={{heads: '{d}', top_k: 4, total_tokens: 12, k: 3}}",
-        *tiny_run(tiny_target_dir, tmp_path)]), tmp_path)
+    summary, _, _ = execute(
+        compose(
+            [
+                "method=sam",
+                "method.fallback=eagle",
+                "method.min_match=2",
+                f"+method.fallback_overrides={{heads: '{d}', top_k: 4, total_tokens: 12, k: 3}}",
+                *tiny_run(tiny_target_dir, tmp_path),
+            ]
+        ),
+        tmp_path,
+    )
     ev = json.loads((tmp_path / "distcheck.json").read_text())
     assert ev["method"] == "sam+eagle"
     assert 0 < ev["accepted_tokens"] < ev["drafted_tokens"]

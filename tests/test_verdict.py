@@ -1,14 +1,15 @@
 """Greedy verdicts: the dtype-aware near-tie tolerance and turns after a divergence."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
+from conftest import compose
 
 from bench.runner import execute
 from bench.verdict import rounding_step
-from conftest import compose
 from methods.base import Accepted
 from methods.ngram import NGram
 
@@ -26,15 +27,29 @@ def test_turns_after_a_divergence_are_labelled(tiny_target_dir, tmp_path, monkey
     def wrong_first_token(self, state, proposal, logits):  # a broken method: one wrong token
         acc = real(self, state, proposal, logits)
         if state.length == state.n_prompt + 1:
-            acc = Accepted(tokens=[(acc.tokens[0] + 1) % 128] + acc.tokens[1:],
-                           n_draft_accepted=acc.n_draft_accepted, drafted=acc.drafted,
-                           depth=acc.depth)
+            acc = Accepted(
+                tokens=[(acc.tokens[0] + 1) % 128] + acc.tokens[1:],
+                n_draft_accepted=acc.n_draft_accepted,
+                drafted=acc.drafted,
+                depth=acc.depth,
+            )
         return acc
+
     monkeypatch.setattr(NGram, "accept", wrong_first_token)
-    args = ["method=ngram", "model=hf", f"model.target={tiny_target_dir}", "model.dtype=float32",
-            "device=cpu", "task=dialog", "limit=1", "max_new_tokens=6", "repeats=1", "warmup=0",
-            "remeasure=0",
-            f"out={tmp_path}"]
+    args = [
+        "method=ngram",
+        "model=hf",
+        f"model.target={tiny_target_dir}",
+        "model.dtype=float32",
+        "device=cpu",
+        "task=dialog",
+        "limit=1",
+        "max_new_tokens=6",
+        "repeats=1",
+        "warmup=0",
+        "remeasure=0",
+        f"out={tmp_path}",
+    ]
     summary, path, _ = execute(compose(args), tmp_path)
     recs = [json.loads(x) for x in open(path)]
     verdicts = [r["verdict"] for r in recs if r["role"] == "method"]

@@ -8,13 +8,25 @@ Per method, from its overall summary row (task='all'):
 A method in the baseline that did not run now fails ("missing"); a method that ran but has no
 baseline yet passes as "new" (record it with --update). Rises are reported, never failed.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-METRICS = ("tau", "exact_match", "speedup", "speedup_ci_low", "speedup_ci_high",
-           "tokens_per_s", "baseline_tokens_per_s", "mismatches", "near_ties", "n_prompts", "k")
+METRICS = (
+    "tau",
+    "exact_match",
+    "speedup",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "tokens_per_s",
+    "baseline_tokens_per_s",
+    "mismatches",
+    "near_ties",
+    "n_prompts",
+    "k",
+)
 
 
 @dataclass(frozen=True)
@@ -90,23 +102,34 @@ def check_speedup(method: str, base: dict, now: dict, tol: Tolerances) -> Row:
     return Row(method, "speedup", b, n, rule, "better" if better else "ok")
 
 
-def compare(baseline: dict[str, dict], now: dict[str, dict], tol: Tolerances,
-            skipped: dict[str, str] | None = None) -> list[Row]:
+def compare(
+    baseline: dict[str, dict],
+    now: dict[str, dict],
+    tol: Tolerances,
+    skipped: dict[str, str] | None = None,
+) -> list[Row]:
     """Rows for every method in the baseline or measured now (baseline order, then new ones)."""
     skipped = skipped or {}
     rows: list[Row] = []
     for method in list(baseline) + [m for m in now if m not in baseline]:
         b, n = baseline.get(method), now.get(method)
         if b is None:
-            rows += [Row(method, m, None, n.get(m), "no baseline: record with --update", "new")
-                     for m in ("tau", "exact_match", "speedup")]
+            rows += [
+                Row(method, m, None, n.get(m), "no baseline: record with --update", "new")
+                for m in ("tau", "exact_match", "speedup")
+            ]
         elif n is None:
             why = skipped.get(method, "did not run")
-            rows += [Row(method, m, b.get(m), None, f"not measured: {why}", "missing")
-                     for m in ("tau", "exact_match", "speedup")]
+            rows += [
+                Row(method, m, b.get(m), None, f"not measured: {why}", "missing")
+                for m in ("tau", "exact_match", "speedup")
+            ]
         else:
-            rows += [check_tau(method, b, n, tol), check_exact(method, b, n, tol),
-                     check_speedup(method, b, n, tol)]
+            rows += [
+                check_tau(method, b, n, tol),
+                check_exact(method, b, n, tol),
+                check_speedup(method, b, n, tol),
+            ]
     return rows
 
 

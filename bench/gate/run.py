@@ -12,6 +12,7 @@ skipped) is measured by the normal runner (`bench.runner.execute`), exactly as
 `python -m bench method=<m> <overrides>` would. Verdict rules: bench/gate_rules.py.
 Exit status: 0 pass, 1 regression (or a baseline from another model/dtype/device), 2 bad input.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,19 +20,27 @@ import json
 import sys
 import tempfile
 import time
-import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 
 from bench.config import CONF, check_overrides, group_options, register
-from bench.errors import UserError
-from bench.gate_rules import METRICS, Row, Tolerances, compare, env_problems
+from bench.gate.rules import METRICS, Row, Tolerances, compare, env_problems
+from groundfloor.errors import UserError
 
 EXPERIMENT = CONF / "experiment" / "gate.yaml"
-ENV_KEYS = ("model", "device", "dtype", "cpu", "cpu_count", "gpu", "torch", "transformers",
-            "git_sha")
+ENV_KEYS = (
+    "model",
+    "device",
+    "dtype",
+    "cpu",
+    "cpu_count",
+    "gpu",
+    "torch",
+    "transformers",
+    "git_sha",
+)
 
 
 def load_experiment(path: Path) -> dict:
@@ -68,13 +77,16 @@ def method_names(exp: dict) -> list[str]:
         return [m for m in group_options("method") if m not in skip]
     unknown = set(names) - set(group_options("method"))
     if unknown:
-        raise UserError(f"gate methods {sorted(unknown)} are unknown; choose from "
-                        f"{', '.join(group_options('method'))}")
+        raise UserError(
+            f"gate methods {sorted(unknown)} are unknown; choose from "
+            f"{', '.join(group_options('method'))}"
+        )
     return list(names)
 
 
 def compose(overrides: list[str]):
-    from hydra import compose as hcompose, initialize_config_dir
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
 
@@ -129,8 +141,14 @@ def measure(exp: dict, extra: list[str], out: Path) -> tuple[dict, dict, dict]:
     check_overrides(overrides)
     now, skipped, env = {}, {}, {}
     console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         for method in method_names(exp):
             own = exp.get("method_overrides", {}).get(method, [])
             row, info = run_method(method, [*overrides, *own], out / method, progress)
@@ -144,12 +162,25 @@ def measure(exp: dict, extra: list[str], out: Path) -> tuple[dict, dict, dict]:
     return now, skipped, env
 
 
-def write_baseline(path: Path, exp_path: Path, overrides: list[str], now: dict, skipped: dict,
-                   env: dict, method_overrides: dict | None = None) -> None:
-    doc = {"written_by": "python -m bench.gate --update", "experiment": str(exp_path.name),
-           "overrides": overrides, "method_overrides": method_overrides or {},
-           "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "env": env, "methods": now, "skipped": skipped}
+def write_baseline(
+    path: Path,
+    exp_path: Path,
+    overrides: list[str],
+    now: dict,
+    skipped: dict,
+    env: dict,
+    method_overrides: dict | None = None,
+) -> None:
+    doc = {
+        "written_by": "python -m bench.gate --update",
+        "experiment": str(exp_path.name),
+        "overrides": overrides,
+        "method_overrides": method_overrides or {},
+        "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "env": env,
+        "methods": now,
+        "skipped": skipped,
+    }
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
@@ -168,22 +199,37 @@ def print_table(rows: list[Row], title: str) -> None:
         t.add_column(col, justify="right" if col in ("baseline", "now", "change") else "left")
     for r in rows:
         ch = r.change
-        change = "–" if ch is None else (f"{ch:+.2f}" if r.metric == "exact_match"
-                                         else f"{ch:+.1%}")
+        change = (
+            "–" if ch is None else (f"{ch:+.2f}" if r.metric == "exact_match" else f"{ch:+.1%}")
+        )
         style = "bold red" if r.failed else "green" if r.verdict in ("ok", "better") else "yellow"
-        t.add_row(r.method, r.metric, _fmt(r, r.baseline), _fmt(r, r.now), change, r.rule,
-                  f"[{style}]{r.verdict}[/{style}]")
+        t.add_row(
+            r.method,
+            r.metric,
+            _fmt(r, r.baseline),
+            _fmt(r, r.now),
+            change,
+            r.rule,
+            f"[{style}]{r.verdict}[/{style}]",
+        )
     Console(width=None if sys.stdout.isatty() else 160).print(t)
 
 
-def gate(exp_path: Path, extra: list[str], update: bool, out: Path | None,
-         baseline_path: Path | None = None) -> int:
+def gate(
+    exp_path: Path,
+    extra: list[str],
+    update: bool,
+    out: Path | None,
+    baseline_path: Path | None = None,
+) -> int:
     exp = load_experiment(exp_path)
     bpath = baseline_path or exp["baseline_path"]
     tol = Tolerances.from_dict(exp)
     if not update and not bpath.exists():
-        raise UserError(f"no gate baseline at {bpath}: record one with `python -m bench.gate "
-                        "--update` and commit it")
+        raise UserError(
+            f"no gate baseline at {bpath}: record one with `python -m bench.gate "
+            "--update` and commit it"
+        )
     start = time.perf_counter()
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     with tempfile.TemporaryDirectory(prefix="specsweep-gate-") as tmp:
@@ -199,11 +245,16 @@ def gate(exp_path: Path, extra: list[str], update: bool, out: Path | None,
     if base.get("overrides") != overrides:
         notes.append(f"overrides: baseline {base.get('overrides')}, now {overrides}")
     if base.get("method_overrides", {}) != exp["method_overrides"]:
-        notes.append(f"method_overrides: baseline {base.get('method_overrides', {})}, "
-                     f"now {exp['method_overrides']}")
+        notes.append(
+            f"method_overrides: baseline {base.get('method_overrides', {})}, "
+            f"now {exp['method_overrides']}"
+        )
     rows = compare(base.get("methods", {}), now, tol, skipped)
-    print_table(rows, f"gate: {exp_path.name} vs {bpath.name} (recorded "
-                      f"{base.get('recorded', '?')}) · {took:.0f} s")
+    print_table(
+        rows,
+        f"gate: {exp_path.name} vs {bpath.name} (recorded "
+        f"{base.get('recorded', '?')}) · {took:.0f} s",
+    )
     for n in notes:
         print(f"note: {n}")
     for m, why in skipped.items():
@@ -211,8 +262,11 @@ def gate(exp_path: Path, extra: list[str], update: bool, out: Path | None,
             print(f"skipped {m}: {why}")
     failed = sorted({r.method for r in rows if r.failed})
     if blocking:
-        print("FAIL: the baseline was measured on something else (" + "; ".join(blocking)
-              + "); run `python -m bench.gate --update` there or here on purpose")
+        print(
+            "FAIL: the baseline was measured on something else ("
+            + "; ".join(blocking)
+            + "); run `python -m bench.gate --update` there or here on purpose"
+        )
         return 1
     if failed:
         print(f"FAIL: regression in {', '.join(failed)}")
@@ -234,8 +288,3 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    warnings.filterwarnings("ignore", category=UserWarning)
-    sys.exit(main())

@@ -6,6 +6,7 @@ a fixed method → colour map; configurations of one method, e.g. k=2 and k=8, a
 its colour, the largest k darkest). Legends sit outside the axes so they never cover data.
 Each function takes the tidy table the report also writes as CSV and returns the PNG's path.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,21 +23,54 @@ from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.transforms import offset_copy  # noqa: E402
 
 # Fixed colours for the methods specsweep ships or is likely to ship; others get spares in order.
-FIXED = {"ar": "#6e6e6e", "baseline": "#6e6e6e", "ngram": "#1f77b4", "draft": "#ff7f0e",
-         "medusa": "#2ca02c", "eagle": "#d62728", "eagle2": "#9467bd", "eagle3": "#8c564b",
-         "hydra": "#e377c2", "lookahead": "#bcbd22", "rest": "#17becf", "suffix": "#aec7e8",
-         "sam": "#98df8a", "sam+eagle": "#ff9896", "recycling": "#c5b0d5",
-         "pld": "#1f77b4", "sps": "#ff7f0e"}  # Spec-Bench names of ngram and draft
-SPARE = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#31a354",
-         "#756bb1", "#636363", "#e6550d"]
+FIXED = {
+    "ar": "#6e6e6e",
+    "baseline": "#6e6e6e",
+    "ngram": "#1f77b4",
+    "draft": "#ff7f0e",
+    "medusa": "#2ca02c",
+    "eagle": "#d62728",
+    "eagle2": "#9467bd",
+    "eagle3": "#8c564b",
+    "hydra": "#e377c2",
+    "lookahead": "#bcbd22",
+    "rest": "#17becf",
+    "suffix": "#aec7e8",
+    "sam": "#98df8a",
+    "sam+eagle": "#ff9896",
+    "recycling": "#c5b0d5",
+    "pld": "#1f77b4",
+    "sps": "#ff7f0e",
+}  # Spec-Bench names of ngram and draft
+SPARE = [
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#3182bd",
+    "#31a354",
+    "#756bb1",
+    "#636363",
+    "#e6550d",
+]
 # phases in a brown-teal scheme no method uses, dark and light alternating
 PHASES = {"prefill": "#01665e", "draft": "#80cdc1", "verify": "#8c510a", "other": "#dfc27d"}
 DPI = 130
 REF_LABEL = "1 = autoregressive"
 
-plt.rcParams.update({"font.size": 10, "axes.titlesize": 10, "figure.titlesize": 13,
-                     "axes.spines.top": False, "axes.spines.right": False,
-                     "axes.grid": True, "grid.alpha": 0.3, "axes.axisbelow": True})
+plt.rcParams.update(
+    {
+        "font.size": 10,
+        "axes.titlesize": 10,
+        "figure.titlesize": 13,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "axes.axisbelow": True,
+    }
+)
 
 
 def config_label(method: str, k) -> str:
@@ -77,10 +111,12 @@ def _finish(fig, title: str, subtitle: str, path: Path) -> Path:
     # above the axes area, offset in points (not figure fractions) so that short and tall
     # figures space them alike; constrained layout leaves them alone, bbox "tight" keeps them
     at = [offset_copy(fig.transFigure, fig=fig, y=dy, units="points") for dy in (6, 22)]
-    fig.text(0.5, 1.0, subtitle, ha="center", va="bottom", fontsize=9, color="#444444",
-             transform=at[0])
-    fig.text(0.5, 1.0, title, ha="center", va="bottom", fontsize=13, fontweight="bold",
-             transform=at[1])
+    fig.text(
+        0.5, 1.0, subtitle, ha="center", va="bottom", fontsize=9, color="#444444", transform=at[0]
+    )
+    fig.text(
+        0.5, 1.0, title, ha="center", va="bottom", fontsize=13, fontweight="bold", transform=at[1]
+    )
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -101,12 +137,21 @@ def _mark_missing(ax, xs, values) -> None:
     """A grey 'not run' where a bar is missing, so a gap never reads as zero."""
     for x, v in zip(xs, values):
         if v != v:  # NaN
-            ax.text(x, 0, "not run", rotation=90, ha="center", va="bottom", fontsize=7,
-                    color="#888888")
+            ax.text(
+                x, 0, "not run", rotation=90, ha="center", va="bottom", fontsize=7, color="#888888"
+            )
 
 
-def bars_by_task(df: pd.DataFrame, metric: str, ylabel: str, palette: Palette, path: Path,
-                 title: str, subtitle: str, ref: float | None = 1.0) -> Path:
+def bars_by_task(
+    df: pd.DataFrame,
+    metric: str,
+    ylabel: str,
+    palette: Palette,
+    path: Path,
+    title: str,
+    subtitle: str,
+    ref: float | None = 1.0,
+) -> Path:
     """Grouped bars: x = task (overall last), one bar per method config, 95% interval whiskers.
 
     df: one row per (label, method, k, task) with `metric`, `<metric>_ci_low/high`."""
@@ -114,15 +159,25 @@ def bars_by_task(df: pd.DataFrame, metric: str, ylabel: str, palette: Palette, p
     configs = df[["label", "method", "k"]].drop_duplicates().to_records(index=False)
     n = len(configs)
     width = 0.8 / n
-    fig, ax = plt.subplots(figsize=(max(6.5, 1.2 + len(tasks) * (0.45 * n + 0.5)), 4.2),
-                           layout="constrained")
+    fig, ax = plt.subplots(
+        figsize=(max(6.5, 1.2 + len(tasks) * (0.45 * n + 0.5)), 4.2), layout="constrained"
+    )
     x = np.arange(len(tasks))
     for i, (label, method, k) in enumerate(configs):
         sub = df[df.label == label].set_index("task").reindex(tasks)
         off, vals = x + (i - (n - 1) / 2) * width, sub[metric].to_numpy(float)
-        ax.bar(off, vals, width * 0.92, yerr=_errs(sub, metric), capsize=3,
-               error_kw={"elinewidth": 1, "alpha": 0.8}, color=palette.config(method, k),
-               edgecolor="white", linewidth=0.5, label=label)
+        ax.bar(
+            off,
+            vals,
+            width * 0.92,
+            yerr=_errs(sub, metric),
+            capsize=3,
+            error_kw={"elinewidth": 1, "alpha": 0.8},
+            color=palette.config(method, k),
+            edgecolor="white",
+            linewidth=0.5,
+            label=label,
+        )
         _mark_missing(ax, off, vals)
     if ref is not None:
         ax.axhline(ref, color="#222222", lw=1, ls="--", zorder=0, label=REF_LABEL)
@@ -136,8 +191,16 @@ def bars_by_task(df: pd.DataFrame, metric: str, ylabel: str, palette: Palette, p
     return _finish(fig, title, subtitle, path)
 
 
-def sweep_lines(df: pd.DataFrame, x: str, xlabel: str, series: str, palette: Palette, path: Path,
-                title: str, subtitle: str) -> Path:
+def sweep_lines(
+    df: pd.DataFrame,
+    x: str,
+    xlabel: str,
+    series: str,
+    palette: Palette,
+    path: Path,
+    title: str,
+    subtitle: str,
+) -> Path:
     """Two panels, speedup (with 95% whiskers) and τ against `x`, one line per `series` value.
 
     df: one row per (series, x) with method, k, speedup(+ci), tau(+ci)."""
@@ -145,15 +208,34 @@ def sweep_lines(df: pd.DataFrame, x: str, xlabel: str, series: str, palette: Pal
     for name, g in df.groupby(series, sort=True):
         g = g.sort_values(x)
         first = g.iloc[0]
-        colour = palette.method(first.method) if series == "method" \
+        colour = (
+            palette.method(first.method)
+            if series == "method"
             else palette.config(first.method, first.k)
+        )
         for ax, col in zip(axes, ("speedup", "tau")):
-            ax.errorbar(g[x], g[col], yerr=_errs(g, col), color=colour, marker="o", ms=5,
-                        capsize=3, lw=1.6, label=name if ax is axes[0] else None)
-    for ax, ylabel in zip(axes, ("speedup over autoregressive (×)",
-                                 "τ (tokens per target forward)")):
-        ax.axhline(1.0, color="#222222", lw=1, ls="--", zorder=0,
-                   label=REF_LABEL if ax is axes[0] else None)
+            ax.errorbar(
+                g[x],
+                g[col],
+                yerr=_errs(g, col),
+                color=colour,
+                marker="o",
+                ms=5,
+                capsize=3,
+                lw=1.6,
+                label=name if ax is axes[0] else None,
+            )
+    for ax, ylabel in zip(
+        axes, ("speedup over autoregressive (×)", "τ (tokens per target forward)")
+    ):
+        ax.axhline(
+            1.0,
+            color="#222222",
+            lw=1,
+            ls="--",
+            zorder=0,
+            label=REF_LABEL if ax is axes[0] else None,
+        )
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_xticks(sorted(df[x].unique()))
@@ -164,15 +246,23 @@ def sweep_lines(df: pd.DataFrame, x: str, xlabel: str, series: str, palette: Pal
     return _finish(fig, title, subtitle, path)
 
 
-def alpha_per_position(df: pd.DataFrame, palette: Palette, path: Path, title: str,
-                       subtitle: str) -> Path:
+def alpha_per_position(
+    df: pd.DataFrame, palette: Palette, path: Path, title: str, subtitle: str
+) -> Path:
     """α_i against draft position i, a line per method config. df: label, method, k, position,
     alpha."""
     fig, ax = plt.subplots(figsize=(7.5, 4.0), layout="constrained")
     for label, g in df.groupby("label", sort=True):
         g = g.sort_values("position")
-        ax.plot(g.position, g.alpha, marker="o", ms=5, lw=1.6, label=label,
-                color=palette.config(g.method.iloc[0], g.k.iloc[0]))
+        ax.plot(
+            g.position,
+            g.alpha,
+            marker="o",
+            ms=5,
+            lw=1.6,
+            label=label,
+            color=palette.config(g.method.iloc[0], g.k.iloc[0]),
+        )
     ax.set_xlabel("draft position i (1 = first drafted token)")
     ax.set_ylabel(r"acceptance rate $\alpha_i$ (accepted ÷ drafted)")
     ax.set_xticks(sorted(df.position.unique()))
@@ -181,8 +271,9 @@ def alpha_per_position(df: pd.DataFrame, palette: Palette, path: Path, title: st
     return _finish(fig, title, subtitle, path)
 
 
-def time_breakdown(df: pd.DataFrame, palette: Palette, path: Path, title: str,
-                   subtitle: str) -> Path:
+def time_breakdown(
+    df: pd.DataFrame, palette: Palette, path: Path, title: str, subtitle: str
+) -> Path:
     """Stacked horizontal bars of the mean share of wall time per phase, one bar per method config.
 
     df: label, method, k, prefill, draft, verify, other (fractions), ms_per_token."""
@@ -195,8 +286,15 @@ def time_breakdown(df: pd.DataFrame, palette: Palette, path: Path, title: str,
         ax.barh(y, share, left=left, color=colour, height=0.6, label=phase, edgecolor="white")
         for yi, (l, s) in enumerate(zip(left, share)):
             if s >= 7:
-                ax.text(l + s / 2, yi, f"{s:.0f}%", ha="center", va="center", fontsize=8,
-                        color="white" if phase in ("prefill", "verify") else "black")
+                ax.text(
+                    l + s / 2,
+                    yi,
+                    f"{s:.0f}%",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if phase in ("prefill", "verify") else "black",
+                )
         left += share
     for yi, ms in enumerate(df.ms_per_token):
         ax.text(101, yi, f"{ms:.0f} ms/token", va="center", fontsize=8)
@@ -219,8 +317,14 @@ def memory(df: pd.DataFrame, palette: Palette, path: Path, title: str, subtitle:
     ax.bar(x, vals, 0.6, color=[palette.config(m, k) for m, k in zip(df.method, df.k)])
     top = max(np.nanmax(vals) if len(vals) else 0, 1.0)
     for xi, v in zip(x, vals):
-        ax.text(xi, (v if v == v else 0) + top * 0.02, "–" if v != v else f"{v:.1f}",
-                ha="center", va="bottom", fontsize=8)
+        ax.text(
+            xi,
+            (v if v == v else 0) + top * 0.02,
+            "–" if v != v else f"{v:.1f}",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set_xticks(x, [textwrap.fill(s, 12) for s in df.label])
     ax.set_ylim(0, top * 1.15)
     ax.set_xlabel("method")
@@ -228,8 +332,9 @@ def memory(df: pd.DataFrame, palette: Palette, path: Path, title: str, subtitle:
     return _finish(fig, title, subtitle, path)
 
 
-def device_comparison(df: pd.DataFrame, palette: Palette, path: Path, title: str,
-                      subtitle: str) -> Path:
+def device_comparison(
+    df: pd.DataFrame, palette: Palette, path: Path, title: str, subtitle: str
+) -> Path:
     """Two panels, speedup (95% whiskers) and method tokens/s, x = device, a bar per method config.
 
     df: device_name, label, method, k, speedup(+ci), tokens_per_s."""
@@ -237,22 +342,32 @@ def device_comparison(df: pd.DataFrame, palette: Palette, path: Path, title: str
     configs = df[["label", "method", "k"]].drop_duplicates().to_records(index=False)
     n = len(configs)
     width = 0.8 / n
-    fig, axes = plt.subplots(1, 2, figsize=(max(10, 2 + len(devices) * (0.8 * n + 1)), 4.2),
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1, 2, figsize=(max(10, 2 + len(devices) * (0.8 * n + 1)), 4.2), layout="constrained"
+    )
     x = np.arange(len(devices))
     for i, (label, method, k) in enumerate(configs):
         sub = df[df.label == label].set_index("device_name").reindex(devices)
         off = x + (i - (n - 1) / 2) * width
         colour = palette.config(method, k)
-        axes[0].bar(off, sub.speedup.to_numpy(float), width * 0.92, yerr=_errs(sub, "speedup"),
-                    capsize=3, color=colour, label=label)
+        axes[0].bar(
+            off,
+            sub.speedup.to_numpy(float),
+            width * 0.92,
+            yerr=_errs(sub, "speedup"),
+            capsize=3,
+            color=colour,
+            label=label,
+        )
         axes[1].bar(off, sub.tokens_per_s.to_numpy(float), width * 0.92, color=colour)
         for ax in axes:
             _mark_missing(ax, off, sub.speedup.to_numpy(float))
     axes[0].axhline(1.0, color="#222222", lw=1, ls="--", zorder=0, label=REF_LABEL)
-    for ax, ylabel, t in zip(axes, ("speedup over autoregressive (×)",
-                                    "method throughput (tokens/s)"),
-                             ("speedup (95% interval)", "throughput")):
+    for ax, ylabel, t in zip(
+        axes,
+        ("speedup over autoregressive (×)", "method throughput (tokens/s)"),
+        ("speedup (95% interval)", "throughput"),
+    ):
         ax.set_xticks(x, [textwrap.fill(d, 22) for d in devices])
         ax.set_xlabel("device")
         ax.set_ylabel(ylabel)

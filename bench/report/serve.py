@@ -11,6 +11,7 @@
 Cells are the task-wide rows (task=all, or the one task), the only ones carrying throughput and
 the server's counters (bench/serve/summary.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ import math
 
 import pandas as pd
 
-from bench import report_tables as tables
+from bench.report import tables
 
 
 def is_server(cells: pd.DataFrame) -> pd.Series:
@@ -50,30 +51,68 @@ def wide_rows(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True) if out else cells.iloc[0:0]
 
 
-SERVER_HEAD = ["server", "method", "k", "T", "concurrency", "rate", "tokens/s", "plain tokens/s",
-               "speedup", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p50/p99 ms", "τ",
-               "α per position", "exact", "requests", "errors"]
+SERVER_HEAD = [
+    "server",
+    "method",
+    "k",
+    "T",
+    "concurrency",
+    "rate",
+    "tokens/s",
+    "plain tokens/s",
+    "speedup",
+    "TTFT p50/p99 ms",
+    "TPOT p50/p99 ms",
+    "ITL p50/p99 ms",
+    "τ",
+    "α per position",
+    "exact",
+    "requests",
+    "errors",
+]
 
 
 def server_table(serve: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in wide_rows(serve).sort_values(["server", "method", "concurrency"]).iterrows():
-        errors = sum(int(r.get(f"errors_{e}") or 0) for e in
-                     ("connection", "timeout", "http", "protocol"))
-        rows.append([r.server, r.method, _f(r.k, "{:g}"), _f(r.temperature, "{:g}"),
-                     int(r.concurrency), _f(r.request_rate, "{:g}/s"),
-                     _f(r.tokens_per_s, "{:.1f}"), _f(r.baseline_tokens_per_s, "{:.1f}"),
-                     _f(r.speedup, "{:.2f}×"),
-                     f"{_f(r.ttft_p50_ms, '{:.0f}')}/{_f(r.ttft_p99_ms, '{:.0f}')}",
-                     f"{_f(r.tpot_p50_ms, '{:.1f}')}/{_f(r.tpot_p99_ms, '{:.1f}')}",
-                     f"{_f(r.itl_p50_ms, '{:.1f}')}/{_f(r.itl_p99_ms, '{:.1f}')}",
-                     _f(r.tau), _alpha(r.alpha_per_pos), _f(r.exact_match),
-                     int(r.requests), errors])
+        errors = sum(
+            int(r.get(f"errors_{e}") or 0) for e in ("connection", "timeout", "http", "protocol")
+        )
+        rows.append(
+            [
+                r.server,
+                r.method,
+                _f(r.k, "{:g}"),
+                _f(r.temperature, "{:g}"),
+                int(r.concurrency),
+                _f(r.request_rate, "{:g}/s"),
+                _f(r.tokens_per_s, "{:.1f}"),
+                _f(r.baseline_tokens_per_s, "{:.1f}"),
+                _f(r.speedup, "{:.2f}×"),
+                f"{_f(r.ttft_p50_ms, '{:.0f}')}/{_f(r.ttft_p99_ms, '{:.0f}')}",
+                f"{_f(r.tpot_p50_ms, '{:.1f}')}/{_f(r.tpot_p99_ms, '{:.1f}')}",
+                f"{_f(r.itl_p50_ms, '{:.1f}')}/{_f(r.itl_p99_ms, '{:.1f}')}",
+                _f(r.tau),
+                _alpha(r.alpha_per_pos),
+                _f(r.exact_match),
+                int(r.requests),
+                errors,
+            ]
+        )
     return pd.DataFrame(rows, columns=SERVER_HEAD)
 
 
-PAIR_HEAD = ["method", "k", "task", "engine (ours)", "τ ours", "τ server", "server",
-             "α per position, ours", "α per position, server"]
+PAIR_HEAD = [
+    "method",
+    "k",
+    "task",
+    "engine (ours)",
+    "τ ours",
+    "τ server",
+    "server",
+    "α per position, ours",
+    "α per position, server",
+]
 
 
 def pairs_table(ours: pd.DataFrame, serve: pd.DataFrame) -> pd.DataFrame:
@@ -83,12 +122,29 @@ def pairs_table(ours: pd.DataFrame, serve: pd.DataFrame) -> pd.DataFrame:
     for _, s in wide_rows(serve).iterrows():
         if s.tau is None or (isinstance(s.tau, float) and math.isnan(s.tau)):
             continue
-        match = mine[(mine.method == s.method) & (mine.task == s.task)
-                     & (mine.temperature == s.temperature)] if len(mine) else mine
+        match = (
+            mine[
+                (mine.method == s.method)
+                & (mine.task == s.task)
+                & (mine.temperature == s.temperature)
+            ]
+            if len(mine)
+            else mine
+        )
         for _, o in match.iterrows():
-            rows.append([s.method, _f(s.k, "{:g}"), s.task, o.dtype, _f(o.tau), _f(s.tau),
-                         f"{s.server} (c={int(s.concurrency)})", _alpha(o.alpha_per_pos),
-                         _alpha(s.alpha_per_pos)])
+            rows.append(
+                [
+                    s.method,
+                    _f(s.k, "{:g}"),
+                    s.task,
+                    o.dtype,
+                    _f(o.tau),
+                    _f(s.tau),
+                    f"{s.server} (c={int(s.concurrency)})",
+                    _alpha(o.alpha_per_pos),
+                    _alpha(s.alpha_per_pos),
+                ]
+            )
     return pd.DataFrame(rows, columns=PAIR_HEAD)
 
 
@@ -98,11 +154,17 @@ def server_section(w, cells: pd.DataFrame) -> None:
     if not mask.any():
         return
     serve, ours = cells[mask], cells[~mask]
-    w.add('<a id="servers"></a>', "", "## Servers", "",
-          "Cells of `engine=openai`: the suite started the plain and the speculative server in "
-          "turn on the same prompts. Throughput is Σ new tokens ÷ pass wall time at the cell's "
-          "concurrency (median over repeats); TTFT/TPOT are per request, ITL per streamed "
-          "chunk; τ and α come from the server's own counters (bench/serve/scrape.py).", "")
+    w.add(
+        '<a id="servers"></a>',
+        "",
+        "## Servers",
+        "",
+        "Cells of `engine=openai`: the suite started the plain and the speculative server in "
+        "turn on the same prompts. Throughput is Σ new tokens ÷ pass wall time at the cell's "
+        "concurrency (median over repeats); TTFT/TPOT are per request, ITL per streamed "
+        "chunk; τ and α come from the server's own counters (bench/serve/scrape.py).",
+        "",
+    )
     table = server_table(serve)
     w.csv(table, "servers.csv")
     w.add(tables.markdown_table(SERVER_HEAD, table.values.tolist()), "")
@@ -112,6 +174,10 @@ def server_section(w, cells: pd.DataFrame) -> None:
         w.add("No method ran both in-process and on a server over the same tasks.", "")
         return
     w.csv(pairs, "same_drafter.csv")
-    w.add("τ and acceptance per draft position of one drafter in our engine and in the "
-          "server (in-process τ counts the prefill forward, as the server-derived τ does).", "",
-          tables.markdown_table(PAIR_HEAD, pairs.values.tolist()), "")
+    w.add(
+        "τ and acceptance per draft position of one drafter in our engine and in the "
+        "server (in-process τ counts the prefill forward, as the server-derived τ does).",
+        "",
+        tables.markdown_table(PAIR_HEAD, pairs.values.tolist()),
+        "",
+    )

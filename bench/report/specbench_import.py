@@ -12,6 +12,7 @@ Categories map onto our task names (tasks.specbench.map_category); task='all' po
 Imported cells form their own group (model, device, dtype, 'spec-bench import'): their clock,
 prompts and hardware are not ours, so they are never pooled with our runs.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.errors import UserError
 from bench.metrics import COLUMNS, bootstrap_ratio
 from bench.runs import group_label
+from groundfloor.errors import UserError
 from tasks.specbench import map_category
 
 
@@ -43,18 +44,25 @@ def read_answers(path: Path) -> pd.DataFrame:
             new = [int(n) for n in choice["new_tokens"]]
             wall = [float(w) for w in choice["wall_time"]]
         except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as e:
-            raise UserError(f"{path}:{no}: not a Spec-Bench answer line "
-                            f"(needs choices[0].new_tokens and wall_time; {type(e).__name__}: {e})")
+            raise UserError(
+                f"{path}:{no}: not a Spec-Bench answer line "
+                f"(needs choices[0].new_tokens and wall_time; {type(e).__name__}: {e})"
+            )
         acc = choice.get("accept_lengths") or []
         flat = [int(a) for turn in acc for a in (turn if isinstance(turn, list) else [turn])]
         steps = choice.get("decoding_steps")
         steps = sum(steps) if isinstance(steps, list) else steps
-        rows.append({"question_id": str(row.get("question_id")),
-                     "task": map_category(str(row.get("category", "unknown"))),
-                     "model_id": str(row.get("model_id", "")),
-                     "new_tokens": sum(new), "wall_s": sum(wall),
-                     "accepted": sum(flat) if flat else sum(new),
-                     "steps": len(flat) if flat else (steps or math.nan)})
+        rows.append(
+            {
+                "question_id": str(row.get("question_id")),
+                "task": map_category(str(row.get("category", "unknown"))),
+                "model_id": str(row.get("model_id", "")),
+                "new_tokens": sum(new),
+                "wall_s": sum(wall),
+                "accepted": sum(flat) if flat else sum(new),
+                "steps": len(flat) if flat else (steps or math.nan),
+            }
+        )
     if not rows:
         raise UserError(f"Spec-Bench answer file {str(path)!r} holds no answers")
     df = pd.DataFrame(rows)
@@ -72,13 +80,27 @@ def _cell(m: pd.DataFrame, b: pd.DataFrame) -> dict:
         tau = acc.sum() / steps.sum()
         ones = np.ones(len(acc))
         tlo, thi = bootstrap_ratio(acc, steps, ones, ones)
-    return {"n_prompts": len(m), "new_tokens": int(m.new_tokens.sum()), "tokens_per_s": tps,
-            "baseline_tokens_per_s": btps, "speedup": tps / btps, "speedup_ci_low": lo,
-            "speedup_ci_high": hi, "tau": tau, "tau_ci_low": tlo, "tau_ci_high": thi}
+    return {
+        "n_prompts": len(m),
+        "new_tokens": int(m.new_tokens.sum()),
+        "tokens_per_s": tps,
+        "baseline_tokens_per_s": btps,
+        "speedup": tps / btps,
+        "speedup_ci_low": lo,
+        "speedup_ci_high": hi,
+        "tau": tau,
+        "tau_ci_low": tlo,
+        "tau_ci_high": thi,
+    }
 
 
-def import_cells(baseline: Path, methods: list[tuple[str, Path]], model: str | None = None,
-                 device: str = "unknown device", dtype: str = "unknown dtype") -> pd.DataFrame:
+def import_cells(
+    baseline: Path,
+    methods: list[tuple[str, Path]],
+    model: str | None = None,
+    device: str = "unknown device",
+    dtype: str = "unknown dtype",
+) -> pd.DataFrame:
     """Report cells (same columns as runs.load_runs' cells) for each method file vs the baseline.
 
     The baseline itself is listed as method 'baseline' (speedup 1 on its own questions)."""
@@ -93,16 +115,32 @@ def import_cells(baseline: Path, methods: list[tuple[str, Path]], model: str | N
             raise UserError(f"{path} and the baseline {baseline} share no question_id")
         m, b = m.loc[common], base.loc[common]
         tasks = sorted(m.task.unique())
-        scopes = [(t, m.task == t) for t in tasks] + ([("all", m.task.notna())]
-                                                    if len(tasks) > 1 else [])
+        scopes = [(t, m.task == t) for t in tasks] + (
+            [("all", m.task.notna())] if len(tasks) > 1 else []
+        )
         for task, sel in scopes:
             row = {c: None for c in COLUMNS}
-            row.update({"task": task, "method": name, "k": math.nan, "temperature": math.nan,
-                        "device": device, "dtype": dtype})
+            row.update(
+                {
+                    "task": task,
+                    "method": name,
+                    "k": math.nan,
+                    "temperature": math.nan,
+                    "device": device,
+                    "dtype": dtype,
+                }
+            )
             row.update(_cell(m[sel], b[sel]))
-            row.update({"group": group, "source": "spec-bench", "model": model,
-                        "device_name": device, "run": str(path),
-                        "settings": f"Spec-Bench answers, {len(common)} questions"})
+            row.update(
+                {
+                    "group": group,
+                    "source": "spec-bench",
+                    "model": model,
+                    "device_name": device,
+                    "run": str(path),
+                    "settings": f"Spec-Bench answers, {len(common)} questions",
+                }
+            )
             rows.append(row)
     return pd.DataFrame(rows)
 

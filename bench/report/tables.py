@@ -4,6 +4,7 @@ Inputs are `bench.runs` cells (one row per summary.csv row, with group and τ in
 records. Each function here takes one group's rows (one model, device and dtype) unless its
 name says otherwise, and returns a DataFrame that the report writes as CSV and a chart draws.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import math
 
 import pandas as pd
 
-from bench.charts import config_label
+from bench.report.charts import config_label
 from bench.table import mark as interference_mark
 
 PHASES = ["prefill", "draft", "verify", "other"]
@@ -45,8 +46,11 @@ def overall(cells: pd.DataFrame) -> pd.DataFrame:
 def config_order(df: pd.DataFrame) -> pd.DataFrame:
     """Sort rows: temperature, then ar/baseline first, then method name, then k."""
     key = df.method.map(lambda m: (m not in ("ar", "baseline"), m))
-    return df.assign(_key=key).sort_values(["temperature", "_key", "k"],
-                                           na_position="first").drop(columns="_key")
+    return (
+        df.assign(_key=key)
+        .sort_values(["temperature", "_key", "k"], na_position="first")
+        .drop(columns="_key")
+    )
 
 
 def lowest_temperature(cells: pd.DataFrame) -> pd.DataFrame:
@@ -60,9 +64,24 @@ def leaderboard(cells: pd.DataFrame) -> pd.DataFrame:
     """Long table: a row per method config × task (overall included): speedup, τ, intervals.
     A question file (one task spanning categories) is reported per category, Spec-Bench's way:
     its categories are the columns and the task row is the overall."""
-    cols = ["label", "method", "k", "temperature", "task", "n_prompts", "speedup",
-            "speedup_ci_low", "speedup_ci_high", "tau", "tau_ci_low", "tau_ci_high",
-            "tokens_per_s", "baseline_tokens_per_s", "mark", "run"]
+    cols = [
+        "label",
+        "method",
+        "k",
+        "temperature",
+        "task",
+        "n_prompts",
+        "speedup",
+        "speedup_ci_low",
+        "speedup_ci_high",
+        "tau",
+        "tau_ci_low",
+        "tau_ci_high",
+        "tokens_per_s",
+        "baseline_tokens_per_s",
+        "mark",
+        "run",
+    ]
     df = with_labels(cells)
     df["mark"] = [interference_mark(r) for r in df.itertuples()]
     whole = task_rows(df)
@@ -99,8 +118,9 @@ def leaderboard_markdown(board: pd.DataFrame, metric: str) -> str:
             if t in g.index:
                 r = g.loc[t]
                 mark = r["mark"] if metric == "speedup" and isinstance(r["mark"], str) else ""
-                cells.append(_interval(r[metric], r[f"{metric}_ci_low"], r[f"{metric}_ci_high"],
-                                       unit) + mark)
+                cells.append(
+                    _interval(r[metric], r[f"{metric}_ci_low"], r[f"{metric}_ci_high"], unit) + mark
+                )
             else:
                 cells.append("–")
         rows.append(cells)
@@ -128,8 +148,22 @@ def temperature_sweep(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _sweep_cols(df: pd.DataFrame) -> pd.DataFrame:
-    return df[["label", "method", "k", "temperature", "speedup", "speedup_ci_low",
-               "speedup_ci_high", "tau", "tau_ci_low", "tau_ci_high", "acceptance_rate", "run"]]
+    return df[
+        [
+            "label",
+            "method",
+            "k",
+            "temperature",
+            "speedup",
+            "speedup_ci_low",
+            "speedup_ci_high",
+            "tau",
+            "tau_ci_low",
+            "tau_ci_high",
+            "acceptance_rate",
+            "run",
+        ]
+    ]
 
 
 def alpha_table(cells: pd.DataFrame) -> pd.DataFrame:
@@ -139,8 +173,15 @@ def alpha_table(cells: pd.DataFrame) -> pd.DataFrame:
         raw = r.alpha_per_pos if isinstance(r.alpha_per_pos, str) else "[]"
         for i, a in enumerate(json.loads(raw), 1):
             if a is not None:
-                rows.append({"label": r.label, "method": r.method, "k": r.k, "position": i,
-                             "alpha": float(a)})
+                rows.append(
+                    {
+                        "label": r.label,
+                        "method": r.method,
+                        "k": r.k,
+                        "position": i,
+                        "alpha": float(a),
+                    }
+                )
     return pd.DataFrame(rows, columns=["label", "method", "k", "position", "alpha"])
 
 
@@ -149,12 +190,32 @@ def cost_model(cells: pd.DataFrame) -> pd.DataFrame:
     prediction τ_round ÷ ((c(w) + draft time per round) ÷ c(1)), and what limits the method."""
     df = with_labels(overall(lowest_temperature(cells)))
     if "predicted_speedup" not in df:
-        return pd.DataFrame(columns=["label", "method", "k", "tau_round", "predicted_speedup",
-                                     "speedup", "draft_overhead", "run"])
+        return pd.DataFrame(
+            columns=[
+                "label",
+                "method",
+                "k",
+                "tau_round",
+                "predicted_speedup",
+                "speedup",
+                "draft_overhead",
+                "run",
+            ]
+        )
     df = df[df.predicted_speedup.notna() & (df.method != "ar")]
-    return config_order(df)[["label", "method", "k", "temperature", "tau_round",
-                             "predicted_speedup", "speedup", "draft_overhead", "run"]] \
-        .drop(columns="temperature")
+    return config_order(df)[
+        [
+            "label",
+            "method",
+            "k",
+            "temperature",
+            "tau_round",
+            "predicted_speedup",
+            "speedup",
+            "draft_overhead",
+            "run",
+        ]
+    ].drop(columns="temperature")
 
 
 def subcategory_detail(records: pd.DataFrame) -> pd.DataFrame:
@@ -168,18 +229,26 @@ def subcategory_detail(records: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     rows = []
     unit = ["task", "prompt_id", "turn", "repeat"]
-    for (method, k, cat, sub), g in rec.groupby(["method", "k", "category", "subcategory"],
-                                                dropna=False):
+    for (method, k, cat, sub), g in rec.groupby(
+        ["method", "k", "category", "subcategory"], dropna=False
+    ):
         m, b = g[g.role == "method"], g[g.role == "baseline"]
         pairs = m.merge(b, on=unit, suffixes=("_m", "_b"))
         if pairs.empty:
             continue
         ratio = (pairs.new_tokens_m / pairs.wall_s_m) / (pairs.new_tokens_b / pairs.wall_s_b)
         m0 = m[m.repeat == 0]
-        rows.append({"method": method, "k": k, "category": cat, "subcategory": sub,
-                     "units": int(pairs.groupby(unit[:3]).ngroups),
-                     "speedup": float(ratio.median()),
-                     "tau": float(m0.new_tokens.sum() / m0.target_forwards.sum())})
+        rows.append(
+            {
+                "method": method,
+                "k": k,
+                "category": cat,
+                "subcategory": sub,
+                "units": int(pairs.groupby(unit[:3]).ngroups),
+                "speedup": float(ratio.median()),
+                "tau": float(m0.new_tokens.sum() / m0.target_forwards.sum()),
+            }
+        )
     return with_labels(pd.DataFrame(rows))[cols] if rows else pd.DataFrame(columns=cols)
 
 
@@ -223,27 +292,68 @@ def device_table(cells: pd.DataFrame) -> pd.DataFrame:
     n_dev = df.groupby(["model", "dtype"]).device_name.nunique()
     multi = n_dev[n_dev >= 2].index
     df = df[[(m, d) in set(multi) for m, d in zip(df.model, df.dtype)]]
-    return config_order(df)[["model", "dtype", "device_name", "label", "method", "k",
-                             "temperature", "speedup", "speedup_ci_low", "speedup_ci_high",
-                             "tokens_per_s", "tau", "run"]]
+    return config_order(df)[
+        [
+            "model",
+            "dtype",
+            "device_name",
+            "label",
+            "method",
+            "k",
+            "temperature",
+            "speedup",
+            "speedup_ci_low",
+            "speedup_ci_high",
+            "tokens_per_s",
+            "tau",
+            "run",
+        ]
+    ]
 
 
 # --- losslessness ---
 def lossless_table(cells: pd.DataFrame) -> pd.DataFrame:
     df = with_labels(cells[cells.source == "specsweep"])
     df = config_order(df)
-    return df[["group", "label", "method", "k", "temperature", "task", "n_prompts", "exact_match",
-               "near_ties", "mismatches", "dist_pvalue", "run"]]
+    return df[
+        [
+            "group",
+            "label",
+            "method",
+            "k",
+            "temperature",
+            "task",
+            "n_prompts",
+            "exact_match",
+            "near_ties",
+            "mismatches",
+            "dist_pvalue",
+            "run",
+        ]
+    ]
 
 
 def divergences(records: pd.DataFrame) -> pd.DataFrame:
     """Every greedy divergence (mismatch or near-tie) of a method's first repeat."""
-    cols = ["group", "label", "task", "prompt_id", "turn", "verdict", "first_divergence",
-            "logit_gap", "method_gap", "run"]
+    cols = [
+        "group",
+        "label",
+        "task",
+        "prompt_id",
+        "turn",
+        "verdict",
+        "first_divergence",
+        "logit_gap",
+        "method_gap",
+        "run",
+    ]
     if records.empty or "verdict" not in records:
         return pd.DataFrame(columns=cols)
-    r = records[(records.role == "method") & (records.repeat == 0)
-                & records.verdict.isin(["mismatch", "near-tie"])]
+    r = records[
+        (records.role == "method")
+        & (records.repeat == 0)
+        & records.verdict.isin(["mismatch", "near-tie"])
+    ]
     return with_labels(r)[cols] if len(r) else pd.DataFrame(columns=cols)
 
 
@@ -269,8 +379,9 @@ def lossless_markdown(df: pd.DataFrame) -> str:
 
     T = 0: exact_match, with near-tie and mismatch counts when there are any.
     T > 0: the distribution check's p-value, or 'not checked'."""
-    tasks = [t for t in sorted(df.task.unique()) if t != "all"] + (["all"] if (df.task == "all")
-                                                                   .any() else [])
+    tasks = [t for t in sorted(df.task.unique()) if t != "all"] + (
+        ["all"] if (df.task == "all").any() else []
+    )
     rows = []
     for (label, temp), g in df.groupby(["label", "temperature"], sort=False, dropna=False):
         g = g.set_index("task")
@@ -285,19 +396,48 @@ def lossless_markdown(df: pd.DataFrame) -> str:
 def _lossless_cell(r) -> str:
     if r.temperature == 0:
         s = _num(r.exact_match)
-        extra = [f"{int(n)} {what if n == 1 else plural}"
-                 for n, what, plural in ((r.near_ties, "near-tie", "near-ties"),
-                                         (r.mismatches, "mismatch", "mismatches"))
-                 if n is not None and n == n and n > 0]
+        extra = [
+            f"{int(n)} {what if n == 1 else plural}"
+            for n, what, plural in (
+                (r.near_ties, "near-tie", "near-ties"),
+                (r.mismatches, "mismatch", "mismatches"),
+            )
+            if n is not None and n == n and n > 0
+        ]
         return s + (f" ({', '.join(extra)})" if extra else "")
-    return f"p = {r.dist_pvalue:.3g}" if r.dist_pvalue == r.dist_pvalue and \
-        r.dist_pvalue is not None else "not checked"
+    return (
+        f"p = {r.dist_pvalue:.3g}"
+        if r.dist_pvalue == r.dist_pvalue and r.dist_pvalue is not None
+        else "not checked"
+    )
 
 
 def divergence_markdown(df: pd.DataFrame) -> str:
-    rows = [[r.group, r.label, r.task, str(r.prompt_id), _num(r.turn, "{}"), r.verdict,
-             _num(r.first_divergence, "{:.0f}"), _num(r.logit_gap, "{:.4f}"),
-             _num(r.method_gap, "{:.4f}")] for r in df.itertuples()]
-    return markdown_table(["group", "method", "task", "prompt", "turn", "verdict",
-                           "first divergence (token)", "logit gap (top-1 − top-2)",
-                           "method gap"], rows)
+    rows = [
+        [
+            r.group,
+            r.label,
+            r.task,
+            str(r.prompt_id),
+            _num(r.turn, "{}"),
+            r.verdict,
+            _num(r.first_divergence, "{:.0f}"),
+            _num(r.logit_gap, "{:.4f}"),
+            _num(r.method_gap, "{:.4f}"),
+        ]
+        for r in df.itertuples()
+    ]
+    return markdown_table(
+        [
+            "group",
+            "method",
+            "task",
+            "prompt",
+            "turn",
+            "verdict",
+            "first divergence (token)",
+            "logit gap (top-1 − top-2)",
+            "method gap",
+        ],
+        rows,
+    )

@@ -10,6 +10,7 @@ plain server's for the same prompt and turn (repeat 0, first copy of a prompt in
 or `after-divergence` (an earlier turn already differed, so the prompts differ).
 Finally summary.csv (bench.serve.summary), answers/ and env.json.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,20 +20,21 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench import records as rec
-from bench.errors import UserError
-from bench.runner import encode, seed_for
 from bench.serve import client, scrape
 from bench.serve.load import run_pass
 from bench.serve.server import Server, command, get
 from bench.verdict import first_divergence
-from tasks.loader import Prompt, load_prompts
+from groundfloor.errors import UserError
+from groundfloor.prompting import encode, seed_for
+from tasks.loader import load_prompts
+from tasks.prompt import Prompt
 
 ROLES = ("baseline", "method")
 
 
 class Cell:
     def __init__(self, cfg, out: Path):
-        from bench.models import load_tokenizer
+        from groundfloor.models import load_tokenizer
 
         self.cfg, self.out, self.s = cfg, out, cfg.server
         self.prompts = load_prompts(OmegaConf.to_container(cfg.task, resolve=True), cfg.limit)
@@ -40,8 +42,10 @@ class Cell:
             raise UserError(f"task={cfg.task.name!r} selected no prompts")
         self.tokenizer = load_tokenizer(str(cfg.model.target))
         if self.tokenizer is None:
-            raise UserError(f"model.target={cfg.model.target!r} has no tokenizer (the suite "
-                            f"counts and compares the server's text with it)")
+            raise UserError(
+                f"model.target={cfg.model.target!r} has no tokenizer (the suite "
+                f"counts and compares the server's text with it)"
+            )
         self.argv = {role: command(cfg, role) for role in ROLES}  # fails early on a bad config
         self.k = cfg.k if cfg.k is not None else cfg.method.get("k")
         n = cfg.num_requests
@@ -50,19 +54,28 @@ class Cell:
         self.server_version: str | None = None
 
     # --- one request ---
-    def send(self, prompt: Prompt, turn: int, messages: list[dict],
-             max_tokens: int | None = None) -> client.Reply:
+    def send(
+        self, prompt: Prompt, turn: int, messages: list[dict], max_tokens: int | None = None
+    ) -> client.Reply:
         cfg, s = self.cfg, self.s
         text = None
         if s.api == "completions":  # the client applies the template, as in-process runs do
             ids = encode(self.tokenizer, messages, bool(cfg.model.chat_template))
             text = self.tokenizer.decode(ids)
-        payload = client.body(str(s.api), str(s.served_name), messages, text,
-                              max_tokens or int(cfg.max_new_tokens or prompt.max_new_tokens),
-                              float(cfg.temperature), float(cfg.top_p), int(cfg.top_k),
-                              seed_for(int(cfg.seed), prompt.id, turn) & 0x7FFFFFFF)
-        return client.stream(str(s.host), int(s.port), str(s.api), payload,
-                             float(cfg.request_timeout_s))
+        payload = client.body(
+            str(s.api),
+            str(s.served_name),
+            messages,
+            text,
+            max_tokens or int(cfg.max_new_tokens or prompt.max_new_tokens),
+            float(cfg.temperature),
+            float(cfg.top_p),
+            int(cfg.top_k),
+            seed_for(int(cfg.seed), prompt.id, turn) & 0x7FFFFFFF,
+        )
+        return client.stream(
+            str(s.host), int(s.port), str(s.api), payload, float(cfg.request_timeout_s)
+        )
 
     def warmup(self) -> None:
         p = self.prompts[0]
@@ -70,8 +83,9 @@ class Cell:
         for _ in range(int(self.cfg.warmup)):
             r = self.send(short, 0, [{"role": "user", "content": short.turns[0]}], 16)
             if r.error:
-                raise RuntimeError(f"server={self.s.name}: the warm-up request failed "
-                                   f"({r.error}: {r.detail})")
+                raise RuntimeError(
+                    f"server={self.s.name}: the warm-up request failed ({r.error}: {r.detail})"
+                )
 
     def scrape(self, srv: Server) -> dict:
         if str(self.s.metrics) == "none":
@@ -90,23 +104,41 @@ class Cell:
             self.warmup()
             before = self.scrape(srv)
             t0 = time.time()
-            res = run_pass(self.prompts, self.send, int(cfg.concurrency), cfg.request_rate,
-                           self.num_requests, float(cfg.max_time_s), int(cfg.seed) + repeat)
+            res = run_pass(
+                self.prompts,
+                self.send,
+                int(cfg.concurrency),
+                cfg.request_rate,
+                self.num_requests,
+                float(cfg.max_time_s),
+                int(cfg.seed) + repeat,
+            )
             after = self.scrape(srv)
             startup = srv.startup_s
         delta = scrape.difference(after, before) if after else {}
         new = sum(self.count(t.reply) for t in res.turns if not t.reply.error)
         errors = [t.reply.error for t in res.turns if t.reply.error]
-        self.passes.append({
-            "role": role, "repeat": repeat, "started_at": t0, "server_startup_s": startup,
-            "conversations": res.started, "not_started": res.not_started,
-            "requests": len(res.turns), "errors": len(errors),
-            "error_kinds": {e: errors.count(e) for e in sorted(set(errors))},
-            "new_tokens": new, "wall_s": res.wall_s,
-            "throughput_tok_s": new / res.wall_s if res.wall_s > 0 and new else None,
-            "counters_before": before, "counters_after": after, "counters": delta,
-            "speculation": scrape.speculation(delta, new) if delta else None,
-            "argv": self.argv[role]})
+        self.passes.append(
+            {
+                "role": role,
+                "repeat": repeat,
+                "started_at": t0,
+                "server_startup_s": startup,
+                "conversations": res.started,
+                "not_started": res.not_started,
+                "requests": len(res.turns),
+                "errors": len(errors),
+                "error_kinds": {e: errors.count(e) for e in sorted(set(errors))},
+                "new_tokens": new,
+                "wall_s": res.wall_s,
+                "throughput_tok_s": new / res.wall_s if res.wall_s > 0 and new else None,
+                "counters_before": before,
+                "counters_after": after,
+                "counters": delta,
+                "speculation": scrape.speculation(delta, new) if delta else None,
+                "argv": self.argv[role],
+            }
+        )
         return res
 
     def count(self, reply: client.Reply) -> int:
@@ -123,29 +155,59 @@ class Cell:
         ttft = r.ttft_s
         p = tr.prompt
         return {
-            "task": p.task, "category": p.category, "subcategory": p.subcategory,
-            "prompt_id": p.id, "turn": tr.turn, "repeat": repeat, "role": role,
-            "method": cfg.method.name, "method_run": "ar" if role == "baseline" else
-            cfg.method.name, "k": self.k, "temperature": float(cfg.temperature),
-            "top_k": int(cfg.top_k), "top_p": float(cfg.top_p), "device": str(self.s.device),
-            "dtype": str(self.s.dtype), "engine": f"openai/{self.s.name}",
-            "weights": str(self.s.dtype), "model": cfg.model.name,
-            "server": str(self.s.name), "api": str(self.s.api),
-            "concurrency": int(cfg.concurrency), "request_rate": cfg.request_rate,
-            "conv": tr.conv, "sent_s": r.sent - pass_t0,
-            "prompt_tokens": r.prompt_tokens, "new_tokens": new,
+            "task": p.task,
+            "category": p.category,
+            "subcategory": p.subcategory,
+            "prompt_id": p.id,
+            "turn": tr.turn,
+            "repeat": repeat,
+            "role": role,
+            "method": cfg.method.name,
+            "method_run": "ar" if role == "baseline" else cfg.method.name,
+            "k": self.k,
+            "temperature": float(cfg.temperature),
+            "top_k": int(cfg.top_k),
+            "top_p": float(cfg.top_p),
+            "device": str(self.s.device),
+            "dtype": str(self.s.dtype),
+            "engine": f"openai/{self.s.name}",
+            "weights": str(self.s.dtype),
+            "model": cfg.model.name,
+            "server": str(self.s.name),
+            "api": str(self.s.api),
+            "concurrency": int(cfg.concurrency),
+            "request_rate": cfg.request_rate,
+            "conv": tr.conv,
+            "sent_s": r.sent - pass_t0,
+            "prompt_tokens": r.prompt_tokens,
+            "new_tokens": new,
             "stop": {"stop": "eos", "length": "length"}.get(r.finish_reason, r.finish_reason),
-            "wall_s": wall, "ttft_s": ttft,
+            "wall_s": wall,
+            "ttft_s": ttft,
             "tpot_s": (r.chunk_times[-1] - r.chunk_times[0]) / (new - 1)
-            if new > 1 and r.chunk_times else None,
-            "itl_s": r.itl_s, "chunks": len(r.chunk_times),
-            "prefill_s": None, "draft_s": None, "verify_s": None, "other_s": None,
-            "target_forwards": None, "accept_lengths": [], "drafted_tokens": None,
-            "accepted_tokens": None, "drafted_per_pos": [], "accepted_per_pos": [],
-            "error": r.error, "error_detail": r.detail or None,
-            "verdict": verdict.get("verdict"), "first_divergence": verdict.get("first_divergence"),
-            "logit_gap": None, "method_gap": None, "dist_pvalue": None,
-            "output_text": r.text, "output_ids": ids,
+            if new > 1 and r.chunk_times
+            else None,
+            "itl_s": r.itl_s,
+            "chunks": len(r.chunk_times),
+            "prefill_s": None,
+            "draft_s": None,
+            "verify_s": None,
+            "other_s": None,
+            "target_forwards": None,
+            "accept_lengths": [],
+            "drafted_tokens": None,
+            "accepted_tokens": None,
+            "drafted_per_pos": [],
+            "accepted_per_pos": [],
+            "error": r.error,
+            "error_detail": r.detail or None,
+            "verdict": verdict.get("verdict"),
+            "first_divergence": verdict.get("first_divergence"),
+            "logit_gap": None,
+            "method_gap": None,
+            "dist_pvalue": None,
+            "output_text": r.text,
+            "output_ids": ids,
         }
 
     def verdicts(self, base, method) -> dict:
@@ -164,19 +226,26 @@ class Cell:
                 out[key] = {"verdict": "exact"}
             else:
                 ids = lambda t: self.tokenizer(t, add_special_tokens=False)["input_ids"]  # noqa
-                out[key] = {"verdict": "mismatch", "first_divergence":
-                            first_divergence(ids(tb.reply.text), ids(tm.reply.text))}
+                out[key] = {
+                    "verdict": "mismatch",
+                    "first_divergence": first_divergence(ids(tb.reply.text), ids(tm.reply.text)),
+                }
         return out
 
     def run(self, progress=None) -> Path:
         writer = rec.RecordWriter(self.out)
-        task_id = progress.add_task(f"{self.s.name} {self.cfg.method.name} "
-                                    f"c={self.cfg.concurrency}",
-                                    total=2 * int(self.cfg.repeats)) if progress else None
+        task_id = (
+            progress.add_task(
+                f"{self.s.name} {self.cfg.method.name} c={self.cfg.concurrency}",
+                total=2 * int(self.cfg.repeats),
+            )
+            if progress
+            else None
+        )
         first_base = None
         with open(self.out / "passes.jsonl", "a", encoding="utf-8") as passes_file:
             for r in range(int(self.cfg.repeats)):
-                for role in (ROLES if r % 2 == 0 else ROLES[::-1]):
+                for role in ROLES if r % 2 == 0 else ROLES[::-1]:
                     res = self.run_pass(role, r)
                     t0 = min((t.reply.sent for t in res.turns if t.reply.sent), default=0.0)
                     if role == "baseline" and r == 0:
@@ -201,14 +270,28 @@ class Cell:
         import platform
         import sys
 
-        return {"python": sys.version.split()[0], "platform": platform.platform(),
-                "host": platform.node(), "device": str(self.s.device), "cpu": rec.cpu_name(), "cpu_count": os.cpu_count(),
-                "git_sha": rec.git_sha(), "model": str(self.cfg.model.target),
-                "dtype": str(self.s.dtype), "engine": f"openai/{self.s.name}",
-                "server": str(self.s.name), "server_version": self.server_version,
-                "server_argv": self.argv, "api": str(self.s.api),
-                "engine_choice": {"engine": f"openai/{self.s.name}", "weights": str(self.s.dtype),
-                                  "dtype": str(self.s.dtype), "kernel": "server"}}
+        return {
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "host": platform.node(),
+            "device": str(self.s.device),
+            "cpu": rec.cpu_name(),
+            "cpu_count": os.cpu_count(),
+            "git_sha": rec.git_sha(),
+            "model": str(self.cfg.model.target),
+            "dtype": str(self.s.dtype),
+            "engine": f"openai/{self.s.name}",
+            "server": str(self.s.name),
+            "server_version": self.server_version,
+            "server_argv": self.argv,
+            "api": str(self.s.api),
+            "engine_choice": {
+                "engine": f"openai/{self.s.name}",
+                "weights": str(self.s.dtype),
+                "dtype": str(self.s.dtype),
+                "kernel": "server",
+            },
+        }
 
 
 def first_copies(res) -> dict:
@@ -233,11 +316,18 @@ def execute(cfg, out: Path, progress=None):
     (out / "env.json").write_text(json.dumps(cell.env(), indent=2))
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     records = rec.load(path)
-    ident = {"method": cfg.method.name, "k": cell.k, "temperature": float(cfg.temperature),
-             "device": str(cell.s.device), "engine": f"openai/{cell.s.name}",
-             "weights": str(cell.s.dtype), "dtype": str(cell.s.dtype),
-             "server": str(cell.s.name), "concurrency": int(cfg.concurrency),
-             "request_rate": cfg.request_rate}
+    ident = {
+        "method": cfg.method.name,
+        "k": cell.k,
+        "temperature": float(cfg.temperature),
+        "device": str(cell.s.device),
+        "engine": f"openai/{cell.s.name}",
+        "weights": str(cell.s.dtype),
+        "dtype": str(cell.s.dtype),
+        "server": str(cell.s.name),
+        "concurrency": int(cfg.concurrency),
+        "request_rate": cfg.request_rate,
+    }
     summary = summarize(records, cell.passes, ident)
     summary.to_csv(out / "summary.csv", index=False)
     write_answers(out, path, cell.tokenizer, str(cfg.model.name))

@@ -10,6 +10,7 @@ chunk, as vLLM's own benchmark also counts); TPOT = (last − first) ÷ (tokens 
 count from the server's `usage` (`stream_options.include_usage`), else from our tokenizer.
 A failure is returned, never raised: `error` is connection, timeout, http_<status> or protocol.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -40,11 +41,26 @@ class Reply:
         return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])]
 
 
-def body(api: str, model: str, messages: list[dict], prompt_text: str | None, max_tokens: int,
-         temperature: float, top_p: float, top_k: int, seed: int) -> dict:
-    out = {"model": model, "max_tokens": max_tokens, "temperature": temperature,
-           "top_p": top_p, "seed": seed, "stream": True,
-           "stream_options": {"include_usage": True}}
+def body(
+    api: str,
+    model: str,
+    messages: list[dict],
+    prompt_text: str | None,
+    max_tokens: int,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    seed: int,
+) -> dict:
+    out = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "seed": seed,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if top_k:  # not in OpenAI's own API; vLLM, SGLang and llama.cpp take it
         out["top_k"] = top_k
     if api == "chat":
@@ -97,8 +113,9 @@ def _read_events(resp, api: str, reply: Reply) -> None:
             reply.error, reply.detail = "http_500", json.dumps(event["error"])[:500]
             return
         for choice in event.get("choices") or []:
-            piece = (choice.get("delta") or {}).get("content") if api == "chat" \
-                else choice.get("text")
+            piece = (
+                (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
+            )
             if piece:
                 reply.chunk_times.append(time.perf_counter())
                 reply.text += piece

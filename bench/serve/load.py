@@ -11,6 +11,7 @@
 A conversation sends its turns in order, turn 2 after turn 1's answer (as in-process runs).
 A failed turn ends its conversation; its failure is kept as a record (`error`).
 """
+
 from __future__ import annotations
 
 import random
@@ -24,6 +25,7 @@ from bench.serve.client import Reply
 @dataclass
 class Turn:
     """One request of a conversation, as sent and as answered."""
+
     conv: int  # position in the pass (the n-th conversation started)
     prompt: object  # tasks.loader.Prompt
     turn: int
@@ -50,8 +52,15 @@ def arrivals(n: int, rate: float | None, seed: int) -> list[float]:
     return out
 
 
-def run_pass(prompts: list, send, concurrency: int, rate: float | None, num_requests: int,
-             max_time_s: float, seed: int) -> PassResult:
+def run_pass(
+    prompts: list,
+    send,
+    concurrency: int,
+    rate: float | None,
+    num_requests: int,
+    max_time_s: float,
+    seed: int,
+) -> PassResult:
     """Send `num_requests` conversations (prompts cycled) through `send(prompt, turn, messages)
     → Reply`; returns every turn's reply in start order."""
     plan = [prompts[i % len(prompts)] for i in range(num_requests)]

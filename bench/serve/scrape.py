@@ -25,22 +25,27 @@ target forward emits one token of its own plus its accepted drafts, so
 the same definitions as in-process (bench/metrics.py). A server without these counters
 (llama.cpp) yields None: τ and α are then not claimed.
 """
+
 from __future__ import annotations
 
 import re
 
 NAMES = {
-    "vllm": {"drafts": "vllm:spec_decode_num_drafts",
-             "draft_tokens": "vllm:spec_decode_num_draft_tokens",
-             "accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
-             "accepted_per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos",
-             "generated_tokens": "vllm:generation_tokens"},
-    "sglang": {"accept_length": "sglang:spec_accept_length",  # gauges: read, not differenced
-               "accept_rate": "sglang:spec_accept_rate",
-               "generated_tokens": "sglang:generation_tokens"},
+    "vllm": {
+        "drafts": "vllm:spec_decode_num_drafts",
+        "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+        "accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
+        "accepted_per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "generated_tokens": "vllm:generation_tokens",
+    },
+    "sglang": {
+        "accept_length": "sglang:spec_accept_length",  # gauges: read, not differenced
+        "accept_rate": "sglang:spec_accept_rate",
+        "generated_tokens": "sglang:generation_tokens",
+    },
     "none": {},
 }
-LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
+LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 POSITION_LABELS = ("position", "pos")
 
@@ -110,14 +115,26 @@ def speculation(delta: dict, new_tokens: int) -> dict:
     """τ, α and α_i from a pass's counter difference and its generated-token count."""
     acc, drafted, drafts = (delta.get(k) for k in ("accepted_tokens", "draft_tokens", "drafts"))
     if acc is None and "accept_length" in delta:
-        return {"tau": delta["accept_length"], "acceptance_rate": delta.get("accept_rate"),
-                "alpha_per_pos": None, "target_forwards": None, "source": "gauge"}
+        return {
+            "tau": delta["accept_length"],
+            "acceptance_rate": delta.get("accept_rate"),
+            "alpha_per_pos": None,
+            "target_forwards": None,
+            "source": "gauge",
+        }
     if acc is None or drafted is None:
-        return {"tau": None, "acceptance_rate": None, "alpha_per_pos": None,
-                "target_forwards": None}
+        return {
+            "tau": None,
+            "acceptance_rate": None,
+            "alpha_per_pos": None,
+            "target_forwards": None,
+        }
     n = delta.get("generated_tokens", new_tokens)
     per_pos = delta.get("accepted_per_pos") or []
-    return {"tau": n / (n - acc) if n > acc else None,
-            "acceptance_rate": acc / drafted if drafted else None,
-            "alpha_per_pos": [round(a / drafts, 4) for a in per_pos] if drafts else None,
-            "target_forwards": n - acc, "source": "counters"}
+    return {
+        "tau": n / (n - acc) if n > acc else None,
+        "acceptance_rate": acc / drafted if drafted else None,
+        "alpha_per_pos": [round(a / drafts, 4) for a in per_pos] if drafts else None,
+        "target_forwards": n - acc,
+        "source": "counters",
+    }

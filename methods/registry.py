@@ -1,0 +1,68 @@
+"""What a method is built from: its YAML in conf/method/, the run's Context, one loader for all.
+
+    method_config("eagle3")              # conf/method/eagle3.yaml as an OmegaConf node
+    build_method(cfg_or_name, ctx)       # the class its `_target_` names, with (cfg, ctx)
+    build_method("ar", ctx)              # the baseline, from conf/method/ar.yaml
+
+The runner, SAM's trained fallback, the knob checks and the tests all load methods here, so a
+method's defaults are written once, in its YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from groundfloor.errors import UserError
+from groundfloor.paths import CONF
+
+
+@dataclass
+class Context:
+    """What a method may use: the target engine, its tokenizer, device, dtype, model config."""
+
+    target: object  # engines.base.Engine
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    model_cfg: DictConfig
+    k_override: int | None = None
+    eos: frozenset = frozenset()  # ids that end a turn
+
+    def k(self, method_cfg) -> int | None:
+        """The draft length: top-level `k` when given, else the method's own default (which a
+        tree method may leave None: its tree's own depth)."""
+        k = self.k_override if self.k_override is not None else method_cfg.get("k")
+        return None if k is None else int(k)
+
+
+def method_names() -> list[str]:
+    return sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
+
+
+def method_config(name: str, overrides=None) -> DictConfig:
+    """conf/method/<name>.yaml (merged with `overrides`), as Hydra would compose it."""
+    path = CONF / "method" / f"{name}.yaml"
+    if not path.is_file():
+        raise UserError(f"method={name!r} is unknown; choose one of: {', '.join(method_names())}")
+    node = OmegaConf.load(path)
+    return OmegaConf.merge(node, overrides) if overrides else node
+
+
+def build_method(method_cfg, ctx: Context):
+    """Instantiate the class a method config names in `_target_` with (its config, ctx); a
+    name loads conf/method/<name>.yaml."""
+    from hydra.utils import get_class
+
+    if isinstance(method_cfg, str):
+        method_cfg = method_config(method_cfg)
+    method_cfg = OmegaConf.create(method_cfg) if isinstance(method_cfg, dict) else method_cfg
+    try:
+        cls = get_class(method_cfg._target_)
+    except Exception as e:  # a YAML naming a class that does not import
+        raise UserError(
+            f"method {method_cfg.get('name')!r}: cannot import {method_cfg.get('_target_')!r} ({e})"
+        )
+    return cls(method_cfg, ctx)
