@@ -23,8 +23,6 @@ Rows: one per task × method config, per (task, category) when a task spans seve
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 
@@ -219,10 +217,3 @@ def summarize(records: pd.DataFrame, costs: dict | None = None, skipped: int = 0
             row["partial"] = False  # bench.runner.execute marks an interrupted run
             rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def alpha_list(value) -> list:
-    """A JSON list column back as a list ([] when empty)."""
-    if isinstance(value, list):
-        return value
-    return json.loads(value) if isinstance(value, str) and value else []

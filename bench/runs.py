@@ -29,7 +29,6 @@ from groundfloor.paths import CONF
 
 CONF_METHOD = CONF / "method"
 CELL = ["group", "method", "k", "temperature", "task"]
-IDENTITY = ["group", "source", "model", "device", "device_name", "dtype", "host", "run", "settings"]
 RECORD_COLS = [
     "task",
     "category",

@@ -87,9 +87,6 @@ class DistilledDraft(nn.Module):
             ).last_hidden_state
         )
 
-    def stored_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.state_dict().values())
-
 
 def from_target(target, num_layers: int, d2t: torch.Tensor) -> DistilledDraft:
     """A draft initialised from the target's first layers, final norm and LM-head rows."""

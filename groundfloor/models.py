@@ -23,7 +23,6 @@ EMBEDDED = {
         "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
     },
 }
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICES = ("cpu", "cuda", "auto")
 
 
@@ -35,12 +34,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise UserError("device=cuda but torch sees no CUDA device; use device=cpu or device=auto")
     return torch.device(name)
-
-
-def resolve_dtype(name: str) -> torch.dtype:
-    if name not in DTYPES:
-        raise UserError(f"model.dtype={name!r} is not valid; choose one of: {', '.join(DTYPES)}")
-    return DTYPES[name]
 
 
 def embedded_dir(name: str) -> Path:

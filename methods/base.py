@@ -13,7 +13,7 @@ proofs: docs/sampling.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -52,14 +52,13 @@ class Accepted:
     n_draft_accepted: int  # how many of `tokens` came from the draft
     drafted: int  # draft tokens verified this round (tree: all nodes)
     depth: int  # longest drafted path (chain: m)
-    extra: dict = field(default_factory=dict)
 
 
 class Method:
     """Base class; subclasses set `name` and override the phases they change."""
 
     name = "base"
-    lossless = True
+    lossless = True  # False: an accept rule that may change the output (Medusa's typical)
 
     def __init__(self, cfg, ctx):
         """cfg: this method's config node; ctx: methods.registry.Context (target engine, tokenizer,
