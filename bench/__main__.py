@@ -109,12 +109,37 @@ def place_job(cfg: DictConfig) -> None:
         torch.cuda.set_device(int(hc.job.num) % gpus)
         return
     if not cfg.device.get("allow_shared", False):
-        raise UserError(
-            "hydra/launcher runs jobs in parallel on this machine, and on a CPU "
-            "they would share its cores and corrupt each other's timings; run them "
-            "one at a time (the default launcher, or hydra.launcher.n_jobs=1), or "
-            "set device.allow_shared=true to accept that"
-        )
+        raise UserError(SHARED_CPU)
+
+
+SHARED_CPU = (
+    "hydra/launcher runs jobs in parallel on this machine, and on a CPU they would share its "
+    "cores and corrupt each other's timings; run them one at a time (the default launcher), or "
+    "set device.allow_shared=true to accept that"
+)
+
+
+def refuse_shared_cpu(argv: list[str]) -> None:
+    """The same refusal as place_job's, before any job starts: from the command line alone, a
+    launcher that runs jobs side by side here, on a CPU, without device.allow_shared=true."""
+    kv = dict(a.lstrip("+").split("=", 1) for a in argv if "=" in a)
+    launcher = kv.get("hydra/launcher", "basic")
+    parallel = (
+        launcher == "submitit_local"
+        or (launcher == "joblib" and kv.get("hydra.launcher.n_jobs", "-1") != "1")
+        or (launcher == "ray" and not kv.get("hydra.launcher.ray.init.address"))
+    )
+    if not parallel or kv.get("device.allow_shared", "false").lower() == "true":
+        return
+    device = kv.get("device", "auto")
+    if device == "cpu" or (device == "auto" and not _cuda_available()):
+        raise UserError(SHARED_CPU)
+
+
+def _cuda_available() -> bool:
+    import torch  # only for a parallel launcher: the plain path does not pay torch's import here
+
+    return torch.cuda.is_available()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -142,6 +167,7 @@ if __name__ == "__main__":
     register()
     try:
         check_overrides(sys.argv[1:])
+        refuse_shared_cpu(sys.argv[1:])
     except UserError as e:
         fail(str(e))
     sys.argv[1:] = sweep_axes(sys.argv[1:])

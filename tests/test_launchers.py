@@ -202,3 +202,25 @@ def test_an_interrupted_run_summarises_what_it_finished(tiny_target_dir, tmp_pat
 
     with pytest.raises(UserError, match="holds the results of another configuration"):
         execute(other, out)
+
+
+@pytest.mark.parametrize("launcher", [["hydra/launcher=submitit_local"], ["hydra/launcher=joblib"]])
+def test_a_parallel_launcher_on_a_cpu_is_refused_before_any_job(launcher, tmp_path):
+    """One line and exit 2 before a job starts (no submitit or joblib traceback), naming the
+    switch that would accept it."""
+    p = bench(
+        [
+            "-m",
+            *launcher,
+            "method=ngram",
+            "k=2,4",
+            "device=cpu",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        tmp_path,
+    )
+    assert p.returncode == 2
+    lines = [x for x in p.stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and "corrupt each other's timings" in lines[0], p.stderr[-2000:]
+    assert "device.allow_shared=true" in lines[0]
+    assert not (tmp_path / "sweep").exists()
