@@ -21,6 +21,8 @@ from omegaconf import DictConfig
 from bench.config import check_overrides, register
 from groundfloor.errors import UserError
 
+SHARED: dict = {}  # engines loaded by earlier cells of this process: a sweep loads each once
+
 
 def fail(msg: str) -> None:
     print(f"error: {msg}", file=sys.stderr)
@@ -64,7 +66,7 @@ def run(cfg: DictConfig) -> None:
         console=console,
         transient=True,
     ) as progress:
-        summary, _, runner = execute(cfg, out, progress)
+        summary, _, runner = execute(cfg, out, progress, SHARED)
     row = summary.iloc[0] if len(summary) else {}
     partial = " · PARTIAL (interrupted)" if bool(row.get("partial", False)) else ""
     skipped = " · complete earlier, skipped" if runner is None else ""

@@ -8,11 +8,14 @@ so an interrupted run keeps what it measured. Then the greedy verdicts, summary.
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from bench import lifecycle
 from bench import records as rec
 from bench.interference import Band, LoadProbe, Rules, decode_per_token, judge, quiet_pairs
 from bench.loop import generate
@@ -26,84 +29,43 @@ from groundfloor.models import load_generation_config, load_tokenizer, resolve_d
 from groundfloor.prompting import encode, eos_ids, seed_for
 from groundfloor.sampling import SamplingParams
 from methods.registry import Context, build_method
-from tasks.loader import load_prompts
 from tasks.prompt import Prompt
 
 
-def context_limit(config) -> int | None:
-    return getattr(config, "max_position_embeddings", None)
-
-
-def fit_context(
-    prompts: list[Prompt], tokenizer, max_new, limit: int | None, truncate, use_template: bool
-) -> tuple[list[Prompt], list[str]]:
-    """Prompts whose whole conversation (every user turn, templated, plus max_new tokens per
-    turn) fits the model's context. Without `truncate` a prompt that does not fit is left out
-    with one line on stderr (and counted as skipped); with truncate=left|right its longest turn
-    is shortened from that side, in tokens, until it fits."""
-    import sys
-
-    if not limit:
-        return prompts, []
-    kept, skipped = [], []
-
-    def need(p: Prompt) -> int:
-        msgs = [{"role": "user", "content": t} for t in p.turns]
-        return len(encode(tokenizer, msgs, use_template)) + max_new(p) * len(p.turns)
-
-    for p in prompts:
-        n = need(p)
-        if n <= limit:
-            kept.append(p)
-            continue
-        if not truncate:
-            print(
-                f"warning: prompt {p.id} needs {n} positions (its turns and {max_new(p)} new "
-                f"tokens per turn), more than the model's {limit}; left out (task.truncate="
-                f"left|right would shorten it)",
-                file=sys.stderr,
-            )
-            skipped.append(p.id)
-            continue
-        turns = list(p.turns)
-        while n > limit:
-            i = max(range(len(turns)), key=lambda j: len(turns[j]))
-            ids = tokenizer(turns[i], add_special_tokens=False)["input_ids"]
-            cut = min(len(ids) - 1, n - limit + 8)
-            if cut <= 0:
-                break
-            ids = ids[cut:] if truncate == "left" else ids[: len(ids) - cut]
-            turns[i] = tokenizer.decode(ids)
-            p = Prompt(p.id, p.task, p.category, turns, p.subcategory, p.max_new_tokens, p.meta)
-            n = need(p)
-        (kept if n <= limit else skipped).append(p if n <= limit else p.id)
-    return kept, skipped
-
-
 class Runner:
-    def __init__(self, cfg: DictConfig, out_dir: Path):
+    def __init__(self, cfg: DictConfig, out_dir: Path, shared: dict | None = None):
+        """`shared`: engines already loaded by earlier cells of this process (a sweep), keyed by
+        what was asked for; what belongs to the engine and machine (weights, kernel choice, the
+        cost curve) is then loaded and measured once, not once per cell."""
+        t0 = time.perf_counter()
+        self.setup_s: dict[str, float] = {}
         self.cfg, self.out = cfg, out_dir
         self.device = resolve_device(cfg.device.name)
         if self.device.type == "cpu" and cfg.device.get("threads"):
             torch.set_num_threads(int(cfg.device.threads))
         self.sampling = SamplingParams(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))
-        task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
-        self.prompts = load_prompts(task_cfg, cfg.limit, cfg.get("limit_per_category"))
-        if not self.prompts:
-            raise UserError(f"task={cfg.task.name!r} selected no prompts")
+        self.prompts = lifecycle.pick_prompts(cfg)
         engine = str(cfg.engine)
         needs = cfg.method.get("engine")  # hf_pld, hf_assisted: transformers' model itself
         if needs and engine == "auto":
             engine = str(needs)
-        self.target, self.choice = load_engine(
-            str(cfg.model.target),
-            self.device,
+        asked = dict(
             engine=engine,
             weights=str(cfg.model.get("weights", "auto")),
             dtype=str(cfg.model.get("dtype", "auto")),
             kernel=str(cfg.model.get("kernel", "auto")),
             compile=bool(cfg.model.get("compile", False)),
         )
+        key = (str(cfg.model.target), str(self.device), *asked.values())
+        if shared is not None and key in shared:
+            self.target, choice = shared[key]
+            self.choice = {**choice, "shared_from_earlier_cell": True}
+        else:
+            self.target, self.choice = load_engine(str(cfg.model.target), self.device, **asked)
+            if shared is not None:
+                shared[key] = (self.target, dict(self.choice))
+        self.setup_s["engine_load"] = round(time.perf_counter() - t0, 2)
+        t1 = time.perf_counter()
         self.tokenizer = load_tokenizer(str(cfg.model.target))
         if self.tokenizer is None:
             raise UserError(f"model.target={cfg.model.target!r} has no tokenizer")
@@ -124,19 +86,10 @@ class Runner:
         )
         self.baseline = build_method("ar", self.ctx)
         self.method = build_method(cfg.method, self.ctx)
-        self.prompts, self.skipped = fit_context(
-            self.prompts,
-            self.tokenizer,
-            self.max_new,
-            context_limit(self.target.config),
-            task_cfg.get("truncate"),
-            bool(cfg.model.chat_template),
+        self.setup_s["methods_and_prompts"] = round(time.perf_counter() - t1, 2)
+        self.prompts, self.skipped = lifecycle.fit_prompts(
+            cfg, self.prompts, self.tokenizer, lifecycle.context_limit(self.target.config)
         )
-        if not self.prompts:
-            raise UserError(
-                f"every prompt of task={cfg.task.name!r} is longer than the model's "
-                f"context; set task.truncate=left or right"
-            )
         self.clock = Clock(self.device)
         self.mem = PeakMemory(self.device)
         self.load = LoadProbe()
@@ -169,13 +122,11 @@ class Runner:
         return turns
 
     def max_new(self, prompt: Prompt) -> int:
-        return int(self.cfg.max_new_tokens or prompt.max_new_tokens)
+        return lifecycle.max_new(self.cfg, prompt)
 
     def warmup(self) -> None:
         """Untimed generations of both sides; with model.compile, the graphs are built here and
         the time it took is reported as compile_s, apart from every measurement."""
-        import time
-
         p = self.prompts[0]
         short = Prompt(p.id, p.task, p.category, p.turns[:1], max_new_tokens=16)
         t0 = time.perf_counter()
@@ -199,8 +150,12 @@ class Runner:
     def run(self, progress=None) -> Path:
         cfg = self.cfg
         writer = rec.RecordWriter(self.out)
+        t0 = time.perf_counter()
         self.warmup()
+        t1 = time.perf_counter()
         self.cost_curve = probe.curve(self.target)  # c(q): step time vs verify width, untimed
+        self.setup_s.update(warmup=round(t1 - t0, 2), cost_curve=round(time.perf_counter() - t1, 2))
+        self.choice["setup_s"] = dict(self.setup_s)  # time outside the measured turns, by part
         writer.write_env(
             rec.env_info(
                 self.device,
@@ -246,11 +201,24 @@ class Runner:
                     runs = self.measure(prompt)
                     writer.write_unit(list(self.unit_records(prompt, runs, self.verdicts(runs))))
                     self.done.add((prompt.task, prompt.id))
+                    if not sys.stderr.isatty():  # a log file or CI: one plain line per prompt
+                        print(self.progress_line(prompt, runs), file=sys.stderr, flush=True)
                 if progress:
                     progress.advance(task_id)
         finally:
             writer.close()
         return writer.path
+
+    def progress_line(self, prompt: Prompt, runs: dict) -> str:
+        wall = {
+            role: sum(res.times_ns.get("wall", 0) for _, res, *_ in runs[role][0]) / 1e9
+            for role in ("baseline", "method")
+        }
+        return (
+            f"{self.method.name} k={self.k}: {len(self.done)}/{len(self.prompts)} "
+            f"{prompt.task}/{prompt.id} done (repeat 0: ar {wall['baseline']:.2f} s, "
+            f"{self.method.name} {wall['method']:.2f} s)"
+        )
 
     def pair(self, prompt: Prompt, runs: dict, r: int) -> None:
         """One interleaved pair of conversations; the side going first alternates with r."""
@@ -365,36 +333,21 @@ class Runner:
         return out
 
 
-def execute(cfg: DictConfig, out: Path, progress=None):
+def execute(cfg: DictConfig, out: Path, progress=None, shared: dict | None = None):
     """Validate, run (or resume, bench.cells), write summary.csv and answers/; returns
     (summary, records path, runner). An interrupted run (Ctrl-C) still summarises the prompts
-    it finished, marked partial, and says how to resume; runner is None for a skipped cell."""
-    import sys
-
+    it finished, marked partial, and says how to resume; runner is None for a skipped cell.
+    `shared`: engines loaded by earlier cells of the process (Runner)."""
     import pandas as pd
 
     from bench import cells
     from bench.answers import write_answers
-    from bench.config import validate
     from bench.metrics import summarize
 
-    validate(cfg)
-    h, state = cells.cell_hash(cfg), cells.read(out)
-    if state and state["hash"] != h:
-        raise UserError(
-            f"out={str(out)!r} holds the results of another configuration (cell "
-            f"{state['hash']}, this one is {h}); choose another out= or remove it"
-        )
-    resume = bool(cfg.get("resume", True))
-    if state and resume and state["status"] == "complete" and (out / "summary.csv").exists():
-        print(f"complete, skipped: {out}", file=sys.stderr)
+    h, state, skip = lifecycle.open_cell(cfg, out)
+    if skip:
         return pd.read_csv(out / "summary.csv"), out / "records.jsonl", None
-    if state and not resume:
-        raise UserError(
-            f"out={str(out)!r} already holds this cell's results; resume=true "
-            f"continues it, or choose another out="
-        )
-    runner = Runner(cfg, out)
+    runner = Runner(cfg, out, shared)
     runner.done = cells.finished(out) if state else set()
     total = len(runner.prompts)
     cells.write(out, h, "running", len(runner.done), total)

@@ -50,6 +50,8 @@ from methods.base import TreeMethod, TreeProposal
 
 SHAPES = ("chain", "tree")
 
+SNAPSHOTS = 256  # turns whose starting cache is remembered (repeats restore it)
+
 
 @dataclass
 class Draft:
@@ -122,12 +124,30 @@ def speculate(
 
 class ResponseCache:
     """Outputs of earlier turns, keyed by their prompt: at most `limit`, oldest evicted first,
-    indexed by one automaton (rebuilt after an eviction: automata do not delete)."""
+    indexed by one automaton (rebuilt after an eviction: automata do not delete).
+
+    A benchmark repeats each conversation: a turn seen before starts from the cache as it was
+    when that turn first started (`enter`), as Token Recycling's matrix does, so a repeat never
+    drafts from answers its own conversation gave later (turn 2's answer on turn 1's repeat)."""
 
     def __init__(self, limit: int, depth: int):
         self.limit, self.depth = limit, depth
         self.outputs: OrderedDict[tuple, list[int]] = OrderedDict()
         self.index = SuffixAutomaton(count_depth=depth)
+        self.snapshots: OrderedDict[tuple, OrderedDict] = OrderedDict()
+
+    def enter(self, key: tuple) -> None:
+        """A turn with prompt `key` starts: restore the cache it first started from, or
+        remember this one."""
+        if key in self.snapshots:
+            self.snapshots.move_to_end(key)
+            if list(self.outputs.items()) != list(self.snapshots[key].items()):
+                self.outputs = OrderedDict(self.snapshots[key])
+                self._rebuild()
+            return
+        self.snapshots[key] = OrderedDict(self.outputs)  # the token lists are never mutated
+        while len(self.snapshots) > SNAPSHOTS:
+            self.snapshots.popitem(last=False)
 
     def _rebuild(self) -> None:
         self.index = SuffixAutomaton(count_depth=self.depth)
@@ -205,7 +225,8 @@ class Suffix(TreeMethod):
     # --- per turn ---
     def start(self, state) -> None:
         key = tuple(state.tokens.tolist())
-        if not self.reuse_same_prompt:
+        if not self.reuse_same_prompt:  # reuse_same_prompt: a warm workload, repeats meant to hit
+            self.responses.enter(key)
             self.responses.drop(key)
         state.aux["prompt_key"] = key
 

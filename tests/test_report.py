@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from synthetic_runs import make_run, make_sweep
 
-from bench.report import charts, report
+from bench import report
+from bench.report import charts
 from bench.report.specbench_import import import_cells
 from bench.runs import k_agnostic_methods, load_runs
 from groundfloor.errors import UserError

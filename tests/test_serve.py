@@ -314,3 +314,41 @@ def test_verdicts_judge_the_first_copy_of_each_turn():
     assert first_copies(spec)[("p1", 0)].conv == 1
     cell.cfg.temperature = 1.0
     assert Cell.verdicts(cell, base, spec) == {}
+
+
+def server_cfg(tmp_path, *extra):
+    """A vLLM cell whose server is never started (its python is an empty file)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    (venv / "bin" / "python").write_text("")
+    return compose(["engine=openai", "server=vllm", "method=ngram", f"server.venv={venv}", *extra])
+
+
+@pytest.mark.slow
+def test_a_server_cell_selects_prompts_as_the_run_does(tmp_path):
+    """limit_per_category and the context fit are the in-process run's (bench.lifecycle)."""
+    from bench import lifecycle
+    from bench.serve.cell import Cell
+
+    cfg = server_cfg(tmp_path, "task=all", "limit_per_category=1")
+    cell = Cell(cfg, tmp_path / "out")
+    assert [p.id for p in cell.prompts] == [p.id for p in lifecycle.pick_prompts(cfg)]
+    assert len(cell.prompts) == 7 and len({p.category for p in cell.prompts}) == 7
+
+
+@pytest.mark.slow
+def test_a_complete_server_cell_is_skipped_and_another_cells_folder_refused(tmp_path):
+    """No server is started (its command does not exist): a complete cell of the same hash is
+    skipped with its summary; a folder holding another cell is refused in one line."""
+    from bench import cells
+    from bench.serve.cell import execute
+    from groundfloor.errors import UserError
+
+    cfg, out = server_cfg(tmp_path, "task=code", "limit=1"), tmp_path / "out"
+    cells.write(out, cells.cell_hash(cfg), "complete", 1, 1)
+    (out / "summary.csv").write_text("method,speedup\nngram,1.0\n")
+    summary, _, cell = execute(cfg, out)
+    assert cell is None and list(summary["method"]) == ["ngram"]
+    other = server_cfg(tmp_path, "task=code", "limit=2")
+    with pytest.raises(UserError, match="holds the results of another configuration"):
+        execute(other, out)

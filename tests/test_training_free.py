@@ -9,7 +9,6 @@ import json
 import pytest
 import torch
 from conftest import compose, tiny_llama, tiny_tokenizer
-from omegaconf import OmegaConf
 from test_distcheck import tiny_run
 from test_eagle import save_head
 from test_lossless_greedy import make_ctx, prompts, run
@@ -19,17 +18,14 @@ from drafters.suffix_automaton import SuffixAutomaton
 from engines.load import wrap
 from groundfloor.errors import UserError
 from methods.lookahead import trie, window_parents
-from methods.registry import build_method
+from methods.registry import build_method, method_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def conf(name: str, **kw):
     """A method's shipped YAML with knobs replaced."""
-    from bench.config import CONF
-
-    node = OmegaConf.load(CONF / "method" / f"{name}.yaml")
-    return OmegaConf.merge(node, kw)
+    return method_config(name, kw)
 
 
 def repetitive(count, seed=0):
@@ -93,6 +89,25 @@ def test_suffix_cross_request_cache(target):
     other, alone = run(m, q), run(build_method(conf("suffix"), ctx), q)
     assert other.output_ids == alone.output_ids == first.output_ids[3:] + other.output_ids[-3:]
     assert other.target_forwards < alone.target_forwards
+
+
+def test_suffix_repeats_of_a_two_turn_conversation_draft_alike(target):
+    """Repeat 1 of a two-turn conversation drafts exactly as repeat 0 did: its turn 1 does not
+    find the turn-2 answer repeat 0 left in the cross-request cache."""
+    ctx = make_ctx(target)
+    p = prompts(1, seed=21)[0]
+    m = build_method(conf("suffix"), ctx)
+    reps = []
+    for _ in range(2):
+        one = run(m, p)
+        two = run(m, p + one.output_ids + p)  # turn 2 asks again: its answer echoes turn 1's
+        reps.append((one, two))
+    for (a1, a2), (b1, b2) in [(reps[0], reps[1])]:
+        assert b1.accept_lengths == a1.accept_lengths and b1.drafted_tokens == a1.drafted_tokens
+        assert b2.accept_lengths == a2.accept_lengths and b2.drafted_tokens == a2.drafted_tokens
+    # the leak this guards against was there to find: turn 2's answer shares 3-grams with turn 1's
+    grams = lambda ids: {tuple(ids[i : i + 3]) for i in range(len(ids) - 2)}  # noqa: E731
+    assert grams(reps[0][0].output_ids) & grams(reps[0][1].output_ids)
 
 
 def test_suffix_eviction_bound(target):

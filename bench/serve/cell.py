@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from bench import lifecycle
 from bench import records as rec
 from bench.serve import client, scrape
 from bench.serve.load import run_pass
@@ -26,7 +27,6 @@ from bench.serve.server import Server, command, get
 from bench.verdict import first_divergence
 from groundfloor.errors import UserError
 from groundfloor.prompting import encode, seed_for
-from tasks.loader import load_prompts
 from tasks.prompt import Prompt
 
 ROLES = ("baseline", "method")
@@ -37,15 +37,16 @@ class Cell:
         from groundfloor.models import load_tokenizer
 
         self.cfg, self.out, self.s = cfg, out, cfg.server
-        self.prompts = load_prompts(OmegaConf.to_container(cfg.task, resolve=True), cfg.limit)
-        if not self.prompts:
-            raise UserError(f"task={cfg.task.name!r} selected no prompts")
+        self.prompts = lifecycle.pick_prompts(cfg)
         self.tokenizer = load_tokenizer(str(cfg.model.target))
         if self.tokenizer is None:
             raise UserError(
                 f"model.target={cfg.model.target!r} has no tokenizer (the suite "
                 f"counts and compares the server's text with it)"
             )
+        self.prompts, self.skipped = lifecycle.fit_prompts(
+            cfg, self.prompts, self.tokenizer, served_context(str(cfg.model.target))
+        )
         self.argv = {role: command(cfg, role) for role in ROLES}  # fails early on a bad config
         self.k = cfg.k if cfg.k is not None else cfg.method.get("k")
         n = cfg.num_requests
@@ -303,15 +304,40 @@ def first_copies(res) -> dict:
     return out
 
 
+def served_context(target: str) -> int | None:
+    """The served model's context length, from its config (as the in-process run reads it)."""
+    from transformers import AutoConfig
+
+    from groundfloor.models import resolve_path
+
+    try:
+        return lifecycle.context_limit(AutoConfig.from_pretrained(resolve_path(target)))
+    except (OSError, ValueError):  # a model only the server knows: the server enforces it
+        return None
+
+
 def execute(cfg, out: Path, progress=None):
-    """Validate, run the cell, write summary.csv, answers/, env.json and config.yaml."""
+    """Validate, run the cell, write summary.csv, answers/, env.json and config.yaml. The cell
+    lifecycle is the in-process run's (bench.lifecycle): a complete cell is skipped, another
+    cell's directory refused; a cell interrupted mid-pass is measured again from its start (a
+    pass is one server's run over every prompt, and passes are compared whole)."""
+    import sys
+
+    import pandas as pd
+
+    from bench import cells
     from bench.answers import write_answers
-    from bench.config import validate
     from bench.serve.summary import summarize
 
-    validate(cfg)
+    h, state, skip = lifecycle.open_cell(cfg, out)
+    if skip:
+        return pd.read_csv(out / "summary.csv"), out / "records.jsonl", None
     cell = Cell(cfg, out)
-    out.mkdir(parents=True, exist_ok=True)
+    if state:
+        print(f"partial server cell, measured again from its start: {out}", file=sys.stderr)
+        for name in ("records.jsonl", "passes.jsonl"):
+            (out / name).unlink(missing_ok=True)
+    cells.write(out, h, "running", 0, len(cell.prompts))
     path = cell.run(progress)
     (out / "env.json").write_text(json.dumps(cell.env(), indent=2))
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
@@ -331,4 +357,5 @@ def execute(cfg, out: Path, progress=None):
     summary = summarize(records, cell.passes, ident)
     summary.to_csv(out / "summary.csv", index=False)
     write_answers(out, path, cell.tokenizer, str(cfg.model.name))
+    cells.write(out, h, "complete", len(cell.prompts), len(cell.prompts))
     return summary, path, cell

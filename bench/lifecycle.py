@@ -1,0 +1,128 @@
+"""One run lifecycle for every backend: which prompts, which cell, what to skip or refuse.
+
+    prompts = pick_prompts(cfg)                             # task, limit, limit_per_category
+    prompts, skipped = fit_prompts(cfg, prompts, tok, ctx)  # each conversation fits the context
+    h, state, skip = open_cell(cfg, out)                    # validate; resume, skip or refuse
+
+The in-process runner (bench.runner) and the server backend (bench.serve.cell) both start
+here, so a knob means the same whichever produced the tokens; each then writes records through
+bench.records and cell.json through bench.cells.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from bench import cells
+from groundfloor.errors import UserError
+from groundfloor.prompting import encode
+from tasks.loader import load_prompts
+from tasks.prompt import Prompt
+
+
+def pick_prompts(cfg) -> list[Prompt]:
+    """The task's prompts: the first `limit` per task and/or `limit_per_category` per category."""
+    task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
+    prompts = load_prompts(task_cfg, cfg.limit, cfg.get("limit_per_category"))
+    if not prompts:
+        raise UserError(f"task={cfg.task.name!r} selected no prompts")
+    return prompts
+
+
+def max_new(cfg, prompt: Prompt) -> int:
+    return int(cfg.max_new_tokens or prompt.max_new_tokens)
+
+
+def fit_prompts(cfg, prompts: list[Prompt], tokenizer, context: int | None):
+    """(prompts that fit, ids left out): fit_context with the run's knobs; none left is an error."""
+    kept, skipped = fit_context(
+        prompts,
+        tokenizer,
+        lambda p: max_new(cfg, p),
+        context,
+        cfg.task.get("truncate"),
+        bool(cfg.model.chat_template),
+    )
+    if not kept:
+        raise UserError(
+            f"every prompt of task={cfg.task.name!r} is longer than the model's "
+            f"context; set task.truncate=left or right"
+        )
+    return kept, skipped
+
+
+def open_cell(cfg, out: Path) -> tuple[str, dict | None, bool]:
+    """Validate the config, then (cell hash, its state in `out`, skip?): a complete cell of
+    the same hash is skipped with resume=true; `out` holding another cell, or this one with
+    resume=false, is refused before anything starts."""
+    from bench.config import validate
+
+    validate(cfg)
+    h, state = cells.cell_hash(cfg), cells.read(out)
+    if state and state["hash"] != h:
+        raise UserError(
+            f"out={str(out)!r} holds the results of another configuration (cell "
+            f"{state['hash']}, this one is {h}); choose another out= or remove it"
+        )
+    resume = bool(cfg.get("resume", True))
+    if state and resume and state["status"] == "complete" and (out / "summary.csv").exists():
+        print(f"complete, skipped: {out}", file=sys.stderr)
+        return h, state, True
+    if state and not resume:
+        raise UserError(
+            f"out={str(out)!r} already holds this cell's results; resume=true "
+            f"continues it, or choose another out="
+        )
+    return h, state, False
+
+
+def context_limit(config) -> int | None:
+    return getattr(config, "max_position_embeddings", None)
+
+
+def fit_context(
+    prompts: list[Prompt], tokenizer, max_new, limit: int | None, truncate, use_template: bool
+) -> tuple[list[Prompt], list[str]]:
+    """Prompts whose whole conversation (every user turn, templated, plus max_new tokens per
+    turn) fits the model's context. Without `truncate` a prompt that does not fit is left out
+    with one line on stderr (and counted as skipped); with truncate=left|right its longest turn
+    is shortened from that side, in tokens, until it fits."""
+
+    if not limit:
+        return prompts, []
+    kept, skipped = [], []
+
+    def need(p: Prompt) -> int:
+        msgs = [{"role": "user", "content": t} for t in p.turns]
+        return len(encode(tokenizer, msgs, use_template)) + max_new(p) * len(p.turns)
+
+    for p in prompts:
+        n = need(p)
+        if n <= limit:
+            kept.append(p)
+            continue
+        if not truncate:
+            print(
+                f"warning: prompt {p.id} needs {n} positions (its turns and {max_new(p)} new "
+                f"tokens per turn), more than the model's {limit}; left out (task.truncate="
+                f"left|right would shorten it)",
+                file=sys.stderr,
+            )
+            skipped.append(p.id)
+            continue
+        turns = list(p.turns)
+        while n > limit:
+            i = max(range(len(turns)), key=lambda j: len(turns[j]))
+            ids = tokenizer(turns[i], add_special_tokens=False)["input_ids"]
+            cut = min(len(ids) - 1, n - limit + 8)
+            if cut <= 0:
+                break
+            ids = ids[cut:] if truncate == "left" else ids[: len(ids) - cut]
+            turns[i] = tokenizer.decode(ids)
+            p = Prompt(p.id, p.task, p.category, turns, p.subcategory, p.max_new_tokens, p.meta)
+            n = need(p)
+        (kept if n <= limit else skipped).append(p if n <= limit else p.id)
+    return kept, skipped
