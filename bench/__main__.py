@@ -2,7 +2,7 @@
 
     python -m bench method=ngram task=code limit=2 max_new_tokens=32
     python -m bench -m method=ngram,draft k=2,4,8 temperature=0,1 model.draft=DIR
-    python -m bench engine=openai server=vllm method=ngram concurrency=1,4   (a sweep: -m implied)
+    python -m bench backend=server server=vllm method=ngram concurrency=1,4   (a sweep: -m implied)
 
 Writes records.jsonl, summary.csv, config.yaml and env.json into the run directory and prints
 the summary table. Bad input: one line on stderr, exit status 2.
@@ -18,7 +18,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from bench.config import check_overrides, register
+from bench.config import ALIAS_NOTE, backend, check_overrides, register
+from bench.table import progress_bar
 from groundfloor.errors import UserError
 
 SHARED: dict = {}  # engines loaded by earlier cells of this process: a sweep loads each once
@@ -31,7 +32,6 @@ def fail(msg: str) -> None:
 
 def run(cfg: DictConfig) -> None:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from bench.runner import execute
     from bench.table import print_summary
@@ -39,18 +39,13 @@ def run(cfg: DictConfig) -> None:
     out = Path(HydraConfig.get().runtime.output_dir)
     place_job(cfg)
     console = Console(stderr=True)
-    if cfg.engine == "openai":  # a server the suite starts (bench/serve/)
+    if cfg.engine == "openai":
+        print(ALIAS_NOTE, file=sys.stderr)
+    if backend(cfg) == "server":  # a server the suite starts (bench/serve/)
         from bench.serve.cell import execute as execute_cell
         from bench.table import print_serve_summary
 
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
+        with progress_bar(console) as progress:
             summary, _, cell = execute_cell(cfg, out, progress)
         print_serve_summary(
             summary,
@@ -58,14 +53,7 @@ def run(cfg: DictConfig) -> None:
             Console(width=None if sys.stdout.isatty() else 200),
         )
         return
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with progress_bar(console) as progress:
         summary, _, runner = execute(cfg, out, progress, SHARED)
     row = summary.iloc[0] if len(summary) else {}
     partial = " · PARTIAL (interrupted)" if bool(row.get("partial", False)) else ""
@@ -156,7 +144,7 @@ AXES = ("concurrency", "request_rate")  # a comma list of these is a sweep even 
 
 
 def sweep_axes(argv: list[str]) -> list[str]:
-    """`concurrency=1,4` (a server sweep, engine=openai) runs as `-m concurrency=1,4`."""
+    """`concurrency=1,4` (a server sweep, backend=server) runs as `-m concurrency=1,4`."""
     if any(a in ("-m", "--multirun") for a in argv):
         return argv
     if any(a.split("=", 1)[0] in AXES and "," in a.split("=", 1)[-1] for a in argv if "=" in a):

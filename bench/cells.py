@@ -24,6 +24,8 @@ def cell_hash(cfg) -> str:
     data = OmegaConf.to_container(cfg, resolve=True)
     for key in IGNORED:
         data.pop(key, None)
+    if data.get("engine") == "openai":  # the old spelling of backend=server: the same cell
+        data.update(engine="auto", backend="server")
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

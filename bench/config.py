@@ -16,7 +16,8 @@ from groundfloor.errors import UserError
 from groundfloor.paths import CONF
 
 GROUPS = ("method", "model", "task", "device", "experiment", "server")
-ENGINES = ("auto", "hf", "lean", "openai")
+ENGINES = ("auto", "hf", "lean", "openai")  # openai: the old name of backend=server
+BACKENDS = ("local", "server")
 CHECKS = ("none", "distribution")
 
 
@@ -26,8 +27,9 @@ class RunConfig:
     model: Any = MISSING
     task: Any = MISSING
     device: Any = MISSING
-    server: Any = None  # engine=openai: conf/server/<name>.yaml
-    engine: str = "auto"  # auto | hf | lean (engines/load.py) | openai (bench/serve/)
+    server: Any = None  # backend=server: conf/server/<name>.yaml
+    backend: str = "local"  # local: our engines in this process | server: a server (bench/serve/)
+    engine: str = "auto"  # backend=local: auto | hf | lean (engines/load.py)
     k: Optional[int] = None  # draft length; None: the method's own default
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: off
@@ -46,11 +48,11 @@ class RunConfig:
     dist_positions: int = 3  # leading positions tested by check=distribution
     tie_tolerance: float = 0.05  # logit gap below which a greedy divergence is a near-tie
     resume: bool = True  # continue a run directory holding this cell's results (bench.cells)
-    concurrency: int = 1  # engine=openai: conversations in flight
-    request_rate: Optional[float] = None  # engine=openai: starts per second; None: unpaced
-    num_requests: Optional[int] = None  # engine=openai: conversations per pass; None: prompts
-    max_time_s: float = 600.0  # engine=openai: no conversation starts later into a pass
-    request_timeout_s: float = 300.0  # engine=openai: a silent request counts as a timeout
+    concurrency: int = 1  # backend=server: conversations in flight
+    request_rate: Optional[float] = None  # backend=server: starts per second; None: unpaced
+    num_requests: Optional[int] = None  # backend=server: conversations per pass; None: prompts
+    max_time_s: float = 600.0  # backend=server: no conversation starts later into a pass
+    request_timeout_s: float = 300.0  # backend=server: a silent request counts as a timeout
     out: str = "results"
 
 
@@ -210,7 +212,8 @@ def _need(ok: bool, msg: str) -> None:
 def validate(cfg) -> None:
     _need(
         cfg.engine in ENGINES,
-        f"engine={cfg.engine!r} is not valid; choose one of: {', '.join(ENGINES)}",
+        f"engine={cfg.engine!r} is not valid; choose one of: {', '.join(ENGINES)} (openai: the "
+        f"old name of backend=server)",
     )
     validate_serving(cfg)
     from omegaconf import OmegaConf
@@ -279,18 +282,39 @@ def validate(cfg) -> None:
     _need(mk is None or int(mk) >= 0, f"method.k={mk} is not valid; use an integer >= 1")
 
 
+def backend(cfg) -> str:
+    """local | server; `engine=openai` is the old spelling of backend=server."""
+    return "server" if cfg.engine == "openai" else str(cfg.get("backend", "local"))
+
+
+def backend_words(cfg) -> str:
+    """How the user asked for the server backend, for the messages that name it."""
+    return "engine=openai" if cfg.engine == "openai" else "backend=server"
+
+
+ALIAS_NOTE = (
+    "note: engine=openai is now backend=server (engine= names the in-process engine: "
+    "auto, hf, lean)"
+)
+
+
 def validate_serving(cfg) -> None:
-    """engine=openai and the `server` group go together; the load knobs must make sense."""
+    """backend=server and the `server` group go together; the load knobs must make sense."""
     server = cfg.get("server")
-    if cfg.engine != "openai":
+    _need(
+        cfg.get("backend", "local") in BACKENDS,
+        f"backend={cfg.get('backend')!r} is not valid; choose one of: {', '.join(BACKENDS)}",
+    )
+    if backend(cfg) != "server":
         _need(
             server is None,
-            f"server={server.name if server else server} needs engine=openai (the server backend)",
+            f"server={server.name if server else server} needs engine=openai, i.e. "
+            f"backend=server (the server backend)",
         )
         return
     _need(
         server is not None,
-        "engine=openai needs a server: server=" + "|".join(group_options("server")),
+        f"{backend_words(cfg)} needs a server: server=" + "|".join(group_options("server")),
     )
     _need(cfg.concurrency >= 1, f"concurrency={cfg.concurrency} is not valid; use an integer >= 1")
     _need(
@@ -318,4 +342,7 @@ def validate_serving(cfg) -> None:
         str(server.host) in ("127.0.0.1", "localhost", "::1"),
         f"server.host={server.host!r}: the suite starts its server on this machine; use 127.0.0.1",
     )
-    _need(cfg.check == "none", "check=distribution needs the target's logits: not on engine=openai")
+    _need(
+        cfg.check == "none",
+        f"check=distribution needs the target's logits: not on {backend_words(cfg)}",
+    )

@@ -52,6 +52,8 @@ RULES = [  # (overrides, message): each trips one rule of validate()/validate_se
     (["method.k=-1"], "method.k=-1 is not valid; use an integer >= 1"),
     (["server=vllm"], "server=vllm needs engine=openai"),
     (["engine=openai"], "engine=openai needs a server: server=llamacpp|sglang|vllm"),
+    (["backend=server"], "backend=server needs a server: server=llamacpp|sglang|vllm"),
+    (["backend=cloud"], "backend='cloud' is not valid; choose one of: local, server"),
     (SERVE + ["concurrency=0"], "concurrency=0 is not valid; use an integer >= 1"),
     (SERVE + ["request_rate=0"], "request_rate=0.0 is not valid; use a value > 0 or null"),
     (SERVE + ["num_requests=0"], "num_requests=0 is not valid; use an integer >= 1 or null"),

@@ -352,3 +352,20 @@ def test_a_complete_server_cell_is_skipped_and_another_cells_folder_refused(tmp_
     other = server_cfg(tmp_path, "task=code", "limit=2")
     with pytest.raises(UserError, match="holds the results of another configuration"):
         execute(other, out)
+
+
+def test_backend_server_is_the_switch_and_engine_openai_its_alias(tmp_path):
+    """backend=server selects the server backend; engine=openai still does, as the same cell."""
+    from bench import cells
+    from bench.config import backend, validate
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    new = compose(["backend=server", "server=vllm", "method=ngram", f"server.venv={venv}"])
+    old = compose(["engine=openai", "server=vllm", "method=ngram", f"server.venv={venv}"])
+    validate(new)
+    validate(old)
+    assert backend(new) == backend(old) == "server"
+    assert backend(compose(["method=ngram"])) == "local"
+    assert cells.cell_hash(new) == cells.cell_hash(old)

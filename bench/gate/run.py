@@ -27,6 +27,7 @@ import yaml
 
 from bench.config import CONF, check_overrides, group_options, register
 from bench.gate.rules import METRICS, Row, Tolerances, compare, env_problems
+from bench.table import progress_bar
 from groundfloor.errors import UserError
 
 EXPERIMENT = CONF / "experiment" / "gate.yaml"
@@ -135,20 +136,12 @@ def run_method(method: str, overrides: list[str], out: Path, progress=None):
 def measure(exp: dict, extra: list[str], out: Path) -> tuple[dict, dict, dict]:
     """Run every gated method; returns (rows by method, skipped reasons, env of the last run)."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     overrides = [*exp["run_overrides"], *extra]
     check_overrides(overrides)
     now, skipped, env = {}, {}, {}
     console = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with progress_bar(console) as progress:
         for method in method_names(exp):
             own = exp.get("method_overrides", {}).get(method, [])
             row, info = run_method(method, [*overrides, *own], out / method, progress)

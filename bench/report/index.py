@@ -8,7 +8,7 @@ Numbers are grouped by (model, device, dtype): each group gets its own leaderboa
 shape: a row per method config, a column per task, then overall; speedup and τ with 95%
 intervals) and charts (speedup and τ by task, k and temperature sweeps, α per draft position,
 time breakdown, memory). Then a device comparison when runs from several devices are present,
-the losslessness section, and the server cells of engine=openai (bench/report/serve.py).
+the losslessness section, and the server cells of backend=server (bench/report/serve.py).
 Spec-Bench answer files are imported as a group of their own.
 Outputs are rewritten on each run; every chart's data is also written as CSV beside it.
 """

@@ -1,4 +1,4 @@
-"""The report's server section: engine=openai cells, and one head in two engines side by side.
+"""The report's server section: backend=server cells, and one head in two engines side by side.
 
     Servers                     a row per cell (server, method, k, concurrency or request rate):
                                 throughput of the speculative and the plain server, speedup,
@@ -159,7 +159,7 @@ def server_section(w, cells: pd.DataFrame) -> None:
         "",
         "## Servers",
         "",
-        "Cells of `engine=openai`: the suite started the plain and the speculative server in "
+        "Cells of `backend=server`: the suite started the plain and the speculative server in "
         "turn on the same prompts. Throughput is Σ new tokens ÷ pass wall time at the cell's "
         "concurrency (median over repeats); TTFT/TPOT are per request, ITL per streamed "
         "chunk; τ and α come from the server's own counters (bench/serve/scrape.py).",

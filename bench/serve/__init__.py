@@ -1,6 +1,6 @@
-"""`engine=openai`: benchmark any OpenAI-compatible server (vLLM, SGLang, llama.cpp, ...).
+"""`backend=server`: benchmark any OpenAI-compatible server (vLLM, SGLang, llama.cpp, ...).
 
-    python -m bench engine=openai server=vllm method=ngram concurrency=1,4 -m
+    python -m bench backend=server server=vllm method=ngram concurrency=1,4 -m
 
 One run is one cell (server × method × concurrency or request rate). For each repeat the plain
 server and the speculative one are started in turn from `server.cmd` (+ the method's

@@ -1,4 +1,4 @@
-"""The summary rows of a server cell: what summary.csv holds for engine=openai.
+"""The summary rows of a server cell: what summary.csv holds for backend=server.
 
 Per task (and task=all when several ran), from the successful requests of every repeat:
     ttft/tpot/itl p50, p90, p99  per-request TTFT and TPOT; ITL pooled over all text chunks

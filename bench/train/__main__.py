@@ -18,6 +18,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from bench.table import progress_bar
 from groundfloor.errors import UserError
 
 SPECS = ("medusa", "draft", "eagle", "eagle3")
@@ -41,8 +42,6 @@ def needed_layers(cfg) -> list[int]:
 
 
 def run(cfg: DictConfig) -> None:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from bench.train import distill, loop, specs
     from groundfloor.models import load_model
@@ -55,13 +54,7 @@ def run(cfg: DictConfig) -> None:
     work = Path(HydraConfig.get().runtime.output_dir)
     out = Path(cfg.out)
     t0 = time.time()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-    ) as progress:
+    with progress_bar(transient=False) as progress:
         from bench.train.sources import from_config
 
         rows, stats = from_config(cfg)

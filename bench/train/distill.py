@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.table import progress_bar
 from bench.train.states import left_padded, with_states
 from groundfloor.paths import ROOT, cache_root
 
@@ -136,15 +137,11 @@ def decode_batch(
             if tok in eos or t + 1 == max_new:
                 ended.append(r)
         # feed the new tokens (also the last one, for its hidden state when states are kept)
-        if ended and not layers:
-            keep = [r for r in range(len(live)) if r not in set(ended)]
-            if not keep:
-                break
-            sel = torch.tensor(keep, device=dev)
-            cache.k, cache.v = cache.k[:, sel], cache.v[:, sel]
-            valid, nxt = valid[sel], nxt[sel]
-            live = [live[r] for r in keep]
+        if ended and not layers:  # rows that ended leave before the next forward
+            live, valid, nxt = _leave(cache, live, ended, valid, nxt)
             ended = []
+            if not live:
+                break
         valid = torch.cat([valid, torch.ones(len(live), 1, dtype=torch.bool, device=dev)], 1)
         ix = torch.tensor(live, device=dev)
         out = engine.forward(
@@ -162,13 +159,9 @@ def decode_batch(
                 states[b][l].append(out.hidden[l][r].to(torch.bfloat16).cpu())
         logits = out.logits[:, -1].float()
         if ended:  # with states kept, rows leave only after their last token was fed
-            keep = [r for r in range(len(live)) if r not in set(ended)]
-            if not keep:
+            live, valid, logits = _leave(cache, live, ended, valid, logits)
+            if not live:
                 break
-            sel = torch.tensor(keep, device=dev)
-            cache.k, cache.v = cache.k[:, sel], cache.v[:, sel]
-            valid, logits = valid[sel], logits[sel]
-            live = [live[r] for r in keep]
     rows = []
     for b, p in enumerate(prompts):
         row = {"ids": torch.tensor(p + answers[b], dtype=torch.int32), "start": len(p)}
@@ -176,6 +169,17 @@ def decode_batch(
             row["hidden"] = {l: torch.cat(states[b][l])[: len(p) + len(answers[b])] for l in layers}
         rows.append(row)
     return rows
+
+
+def _leave(cache, live: list[int], ended: list[int], *per_row: torch.Tensor):
+    """Drop batch rows `ended` from the cache and from each per-row tensor → (live, *per_row)."""
+    gone = set(ended)
+    keep = [r for r in range(len(live)) if r not in gone]
+    if not keep:
+        return [], *per_row
+    sel = torch.tensor(keep, device=cache.k.device)
+    cache.k, cache.v = cache.k[:, sel], cache.v[:, sel]
+    return [live[r] for r in keep], *(x[sel] for x in per_row)
 
 
 def save_ids(rows: list[dict], path: Path, how: dict, prompts: int) -> None:
@@ -442,15 +446,6 @@ def main() -> None:
     import sys
 
     from hydra import compose, initialize_config_dir
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
     from bench.config import CONF
     from bench.train.sources import from_config
@@ -461,14 +456,7 @@ def main() -> None:
             cfg = compose("train", overrides=sys.argv[1:])
         rows, stats = from_config(cfg)
         print(json.dumps(stats, indent=1), file=sys.stderr)
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-        ) as progress:
+        with progress_bar(transient=False, remaining=True) as progress:
             t0 = time.time()
             folder, _ = build_ids(
                 str(cfg.target),
