@@ -28,10 +28,10 @@ class RunConfig:
     task: Any = MISSING
     device: Any = MISSING
     server: Any = None  # backend=server: conf/server/<name>.yaml
-    backend: str = "local"  # local: our engines in this process | server: a server (bench/serve/)
-    engine: str = "auto"  # backend=local: auto | hf | lean (engines/load.py)
-    k: Optional[int] = None  # draft length; None: the method's own default
-    temperature: float = 0.0  # 0: greedy
+    backend: str = "local"  # local: our engines in this process | server: a server the suite starts
+    engine: str = "auto"  # backend=local: auto (lean where supported, else hf) | hf | lean
+    k: Optional[int] = None  # draft length; None: the method's own default (method.k)
+    temperature: float = 0.0  # 0: greedy, outputs checked token by token against the baseline
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1.0: off
     max_new_tokens: Optional[int] = None  # None: each task's own default
@@ -39,21 +39,25 @@ class RunConfig:
     limit_per_category: Optional[int] = None  # the first N prompts of each category
     repeats: int = 2  # timed repeats per prompt, baseline and method interleaved
     seed: int = 0
-    warmup: int = 1  # untimed warm-up generations per method
-    remeasure: int = 3  # extra interleaved pairs for a unit without enough quiet repeats
-    disturb_ratio: float = 1.25  # repeats of one side may differ by this factor
-    disturb_others: float = 0.25  # share of the machine other work may take during a turn
-    check: str = "none"  # none | distribution
+    warmup: int = 1  # untimed warm-up generations per method before the clock starts
+    remeasure: int = 3  # extra interleaved pairs for a prompt × turn disturbed by other work
+    disturb_ratio: float = 1.25  # a side's repeats may differ by this factor before "disturbed"
+    disturb_others: float = 0.25  # share of the machine other work (or steal) may take in a turn
+    check: str = "none"  # none | distribution (T > 0: two-sample test against the baseline)
     dist_samples: int = 200  # continuations per side for check=distribution
     dist_positions: int = 3  # leading positions tested by check=distribution
-    tie_tolerance: float = 0.05  # logit gap below which a greedy divergence is a near-tie
-    resume: bool = True  # continue a run directory holding this cell's results (bench.cells)
-    concurrency: int = 1  # backend=server: conversations in flight
-    request_rate: Optional[float] = None  # backend=server: starts per second; None: unpaced
-    num_requests: Optional[int] = None  # backend=server: conversations per pass; None: prompts
+    tie_tolerance: float = 0.05  # logit gap under which a greedy divergence is a near-tie
+    resume: bool = True  # a run directory holding this cell: skip it if complete, else continue
+    concurrency: int = 1  # backend=server: conversations in flight at once
+    request_rate: Optional[float] = (
+        None  # backend=server: starts per second (Poisson); None: unpaced
+    )
+    num_requests: Optional[int] = (
+        None  # backend=server: conversations per pass; None: each prompt once
+    )
     max_time_s: float = 600.0  # backend=server: no conversation starts later into a pass
     request_timeout_s: float = 300.0  # backend=server: a silent request counts as a timeout
-    out: str = "results"
+    out: str = MISSING  # conf/config.yaml: results/<time>_<method> (a sweep: results/sweep_<hash>)
 
 
 def sweep_id(argv: list[str] | None = None) -> str:
