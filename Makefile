@@ -29,7 +29,7 @@ bench:  ## the default sweep: every method with a default drafter (and transform
 lint:  ## ruff (lint and format check) and the import contracts of the floors (pyproject.toml)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	lint-imports
+	$(PY) -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 test: lint  ## lint, then the test suite (CPU, tiny models, the embedded model's smoke runs, a real vLLM server sweep)
 	$(PY) -m pytest -m "not server_full"

@@ -17,10 +17,9 @@ ENTRY_POINTS = {"__init__", "__main__", "engine_check"}  # bench/ files that may
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("lint-imports")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "importlinter.cli"]
+    run = "from importlinter.cli import lint_imports_command; lint_imports_command()"
     return subprocess.run(
-        cmd + ["--config", str(root / "pyproject.toml"), "--no-cache"],
+        [sys.executable, "-c", run, "--config", str(root / "pyproject.toml"), "--no-cache"],
         cwd=root,
         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
         capture_output=True,
