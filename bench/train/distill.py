@@ -234,25 +234,29 @@ def ids_folder(key: str, settings: dict) -> Path:
     return (Path(base) if base else cache_root() / "distill") / key
 
 
-def pick_batch(engine, candidates=(16, 32, 48, 64), context: int = 256) -> tuple[int, dict]:
+def pick_batch(
+    engine, candidates=(16, 32, 48, 64), context: int = 256, rounds: int = 7
+) -> tuple[int, dict]:
     """The batch width with the most decoded tokens per second on this machine: one decode step
-    of B rows over `context` cached positions, the median of three after a warm-up."""
+    of B rows over `context` cached positions, the widths interleaved round by round (so a
+    passing disturbance hits them alike), the median of `rounds` after a warm-up round."""
     from groundfloor.clock import Clock
 
-    dev, rates = engine.device, {}
-    for B in candidates:
-        cache = engine.new_cache(context + 2, batch=B)
-        ids = torch.zeros(B, 1, dtype=torch.long, device=dev)
-        pos = torch.full((B, 1), context, device=dev)
-        times = []
-        with torch.inference_mode():
-            for rep in range(4):  # the first is a warm-up; the median of the other three
-                cache.length = context
+    dev = engine.device
+    caches = {B: engine.new_cache(context + 2, batch=B) for B in candidates}
+    times: dict[int, list[float]] = {B: [] for B in candidates}
+    with torch.inference_mode():
+        for rep in range(rounds + 1):
+            for B in candidates:
+                ids = torch.zeros(B, 1, dtype=torch.long, device=dev)
+                pos = torch.full((B, 1), context, device=dev)
+                caches[B].length = context
                 clock = Clock(dev)
                 with clock.phase("other"):
-                    engine.forward(ids, cache, positions=pos, logits_to_keep=1)
-                times.append(clock.read()["other"] / 1e9)
-        rates[B] = round(B / max(sorted(times[1:])[1], 1e-9), 1)
+                    engine.forward(ids, caches[B], positions=pos, logits_to_keep=1)
+                if rep:
+                    times[B].append(clock.read()["other"] / 1e9)
+    rates = {B: round(B / max(sorted(t)[len(t) // 2], 1e-9), 1) for B, t in times.items()}
     return max(rates, key=rates.get), rates
 
 
