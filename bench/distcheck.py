@@ -29,6 +29,7 @@ from scipy.stats import chi2_contingency
 
 from bench.loop import generate
 from groundfloor.errors import UserError
+from groundfloor.prompting import encode
 
 END = -1  # the "token" at positions after an EOS
 MIN_EXPECTED = 5.0
@@ -166,3 +167,21 @@ def run(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "distcheck.json").write_text(json.dumps(evidence, indent=1))
     return pvalue
+
+
+def for_run(cfg, prompt, tokenizer, baseline, method, out_dir, **kw) -> float:
+    """check=distribution for a run: both sides drawn on the first turn of its first prompt,
+    with the run's dist_samples, dist_positions and seed; kw: sampling, eos, clock, device."""
+    msgs = [{"role": "user", "content": prompt.turns[0]}]
+    ids = encode(tokenizer, msgs, bool(cfg.model.chat_template))
+    return run(
+        baseline,
+        method,
+        ids,
+        prompt.id,
+        out_dir,
+        samples=int(cfg.dist_samples),
+        positions=int(cfg.dist_positions),
+        seed=int(cfg.seed),
+        **kw,
+    )

@@ -139,3 +139,44 @@ def judge(sides: dict, rules: Rules, band: Band) -> tuple[bool, dict]:
 def quiet_pairs(quiet: dict) -> list[int]:
     """Repeat indices whose baseline and method repeats are both quiet."""
     return [r for r, (a, b) in enumerate(zip(quiet["baseline"], quiet["method"])) if a and b]
+
+
+def judge_turns(runs: dict, rules: Rules, band: Band, repeats: int) -> list[dict]:
+    """runs: {role: [conversation per repeat]}, a conversation being [(ids, result, peak, load)
+    per turn] → per turn: disturbed?, quiet flags per side, clean (enough quiet pairs)."""
+    out = []
+    need = min(2, repeats)
+    for t in range(len(runs["baseline"][0])):
+        reps = {
+            role: [(conv[t][1], conv[t][3]) for conv in runs[role]]
+            for role in ("baseline", "method")
+        }
+        disturbed, quiet = judge(reps, rules, band)
+        clean = len(quiet_pairs(quiet)) >= need
+        out.append({"disturbed": disturbed, "quiet": quiet, "reps": reps, "clean": clean})
+    return out
+
+
+def measure(pair, repeats: int, remeasure: int, rules: Rules, band: Band) -> dict:
+    """`repeats` interleaved pairs (`pair(runs, r)` appends one conversation per side), then up to
+    `remeasure` more while a turn lacks enough quiet pairs; the quiet repeats join the band.
+    → {role: [conversation per repeat], "judged": per turn (judge_turns, plus `disturbed` as
+    first judged and `remeasured`, the extra pairs run)}."""
+    runs = {"baseline": [], "method": []}
+    for r in range(repeats):
+        pair(runs, r)
+    units = judge_turns(runs, rules, band, repeats)
+    first = [u["disturbed"] for u in units]
+    extra = 0
+    while any(not u["clean"] for u in units) and extra < remeasure:
+        pair(runs, len(runs["baseline"]))
+        extra += 1
+        units = judge_turns(runs, rules, band, repeats)
+    for u, was in zip(units, first):
+        u.update(disturbed=was, remeasured=extra)
+        for role in ("baseline", "method"):
+            for (res, _), ok in zip(u["reps"][role], u["quiet"][role]):
+                if ok:
+                    band.add(role, decode_per_token(res))
+    runs["judged"] = units
+    return runs

@@ -17,6 +17,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench import cells
+from engines.load import load
 from groundfloor.errors import UserError
 from groundfloor.prompting import encode
 from tasks.loader import load_prompts
@@ -126,3 +127,31 @@ def fit_context(
             n = need(p)
         (kept if n <= limit else skipped).append(p if n <= limit else p.id)
     return kept, skipped
+
+
+def load_target(cfg, device, shared: dict | None = None) -> tuple[object, dict]:
+    """The target engine the cell asks for → (engine, engine_choice). `shared` holds engines
+    loaded by earlier cells of this process (a sweep), keyed by what was asked for: what belongs
+    to the engine and the machine (weights, kernel choice, cost curve) is loaded once."""
+    engine = str(cfg.engine)
+    needs = cfg.method.get("engine")  # hf_pld, hf_assisted: transformers' model itself
+    if needs and engine == "auto":
+        engine = str(needs)
+    asked = dict(
+        engine=engine,
+        weights=str(cfg.model.get("weights", "auto")),
+        dtype=str(cfg.model.get("dtype", "auto")),
+        kernel=str(cfg.model.get("kernel", "auto")),
+        compile=bool(cfg.model.get("compile", False)),
+    )
+    key = (str(cfg.model.target), str(device), *asked.values())
+    if shared is not None and key in shared:
+        target, choice = shared[key]
+        choice = {**choice, "shared_from_earlier_cell": True}
+    else:
+        target, choice = load(str(cfg.model.target), device, **asked)
+        if shared is not None:
+            shared[key] = (target, dict(choice))
+    if needs and cfg.engine == "auto":
+        choice["engine_reason"] = f"auto: method={cfg.method.name} runs on engine={needs}"
+    return target, choice

@@ -34,7 +34,7 @@ def record(
     verdict: dict,
     unit: dict,
 ) -> dict:
-    """One line of records.jsonl. info: the run's shared fields (Runner.run_info); unit: the
+    """One line of records.jsonl. info: the run's shared fields (run_info); unit: the
     turn's load sample and interference flags (bench.interference)."""
     t = res.times_ns
     new = len(res.output_ids)
@@ -79,6 +79,41 @@ def record(
         **unit,
         "output_ids": res.output_ids,
     }
+
+
+def run_info(cfg, method_name: str, k, device, choice: dict) -> dict:
+    """The fields every record of a run shares."""
+    return {
+        "method": method_name,
+        "k": k,
+        "temperature": float(cfg.temperature),
+        "top_k": int(cfg.top_k),
+        "top_p": float(cfg.top_p),
+        "device": device.type,
+        "dtype": choice["dtype"],
+        "engine": choice["engine"],
+        "weights": choice["weights"],
+        "model": str(cfg.model.name),
+    }
+
+
+def unit_records(info: dict, prompt, names: dict, runs: dict, verdicts: list[dict], repeats: int):
+    """The records of one measured prompt: runs as bench.interference.measure returns them,
+    names {role: method name}, verdicts per turn (bench.verdict.turn_verdicts)."""
+    for role in ("baseline", "method"):
+        for r, conv in enumerate(runs[role]):
+            for t, (ids, res, peak, load) in enumerate(conv):
+                u = runs["judged"][t]
+                unit = {
+                    "quiet": u["quiet"][role][r],
+                    "unit_disturbed": u["disturbed"],
+                    "unit_clean": u["clean"],
+                    "remeasured": u["remeasured"],
+                    "extra_round": r >= repeats,
+                    **load,
+                }
+                v = verdicts[t] if role == "method" else {}
+                yield record(info, prompt, names[role], role, r, t, ids, res, peak, v, unit)
 
 
 def git_sha() -> str | None:

@@ -15,14 +15,13 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from bench import lifecycle
+from bench import distcheck, lifecycle
 from bench import records as rec
-from bench.interference import Band, LoadProbe, Rules, decode_per_token, judge, quiet_pairs
+from bench.interference import Band, LoadProbe, Rules, measure
 from bench.loop import generate
 from bench.memory import PeakMemory
-from bench.verdict import compare
+from bench.verdict import turn_verdicts
 from engines import probe
-from engines.load import load as load_engine
 from groundfloor.clock import Clock
 from groundfloor.errors import UserError
 from groundfloor.models import load_generation_config, load_tokenizer, resolve_device
@@ -35,8 +34,7 @@ from tasks.prompt import Prompt
 class Runner:
     def __init__(self, cfg: DictConfig, out_dir: Path, shared: dict | None = None):
         """`shared`: engines already loaded by earlier cells of this process (a sweep), keyed by
-        what was asked for; what belongs to the engine and machine (weights, kernel choice, the
-        cost curve) is then loaded and measured once, not once per cell."""
+        what was asked for (bench.lifecycle.load_target)."""
         t0 = time.perf_counter()
         self.setup_s: dict[str, float] = {}
         self.cfg, self.out = cfg, out_dir
@@ -45,36 +43,15 @@ class Runner:
             torch.set_num_threads(int(cfg.device.threads))
         self.sampling = SamplingParams(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))
         self.prompts = lifecycle.pick_prompts(cfg)
-        engine = str(cfg.engine)
-        needs = cfg.method.get("engine")  # hf_pld, hf_assisted: transformers' model itself
-        if needs and engine == "auto":
-            engine = str(needs)
-        asked = dict(
-            engine=engine,
-            weights=str(cfg.model.get("weights", "auto")),
-            dtype=str(cfg.model.get("dtype", "auto")),
-            kernel=str(cfg.model.get("kernel", "auto")),
-            compile=bool(cfg.model.get("compile", False)),
-        )
-        key = (str(cfg.model.target), str(self.device), *asked.values())
-        if shared is not None and key in shared:
-            self.target, choice = shared[key]
-            self.choice = {**choice, "shared_from_earlier_cell": True}
-        else:
-            self.target, self.choice = load_engine(str(cfg.model.target), self.device, **asked)
-            if shared is not None:
-                shared[key] = (self.target, dict(self.choice))
+        self.target, self.choice = lifecycle.load_target(cfg, self.device, shared)
         self.setup_s["engine_load"] = round(time.perf_counter() - t0, 2)
         t1 = time.perf_counter()
         self.tokenizer = load_tokenizer(str(cfg.model.target))
         if self.tokenizer is None:
             raise UserError(f"model.target={cfg.model.target!r} has no tokenizer")
-        if needs and cfg.engine == "auto":
-            self.choice["engine_reason"] = f"auto: method={cfg.method.name} runs on engine={needs}"
         self.dtype = self.target.dtype
-        self.eos = eos_ids(
-            self.tokenizer, self.target.config, load_generation_config(str(cfg.model.target))
-        )
+        gen_cfg = load_generation_config(str(cfg.model.target))
+        self.eos = eos_ids(self.tokenizer, self.target.config, gen_cfg)
         self.ctx = Context(
             self.target,
             self.tokenizer,
@@ -97,6 +74,7 @@ class Runner:
         self.band = Band()
         self.done: set[tuple[str, str]] = set()  # (task, prompt id) already in records.jsonl
         self.k = self.ctx.k(cfg.method)
+        self.dist_pvalue = None
 
     # --- one conversation ---
     def conversation(self, method, prompt: Prompt, max_new: int) -> list[tuple]:
@@ -168,23 +146,13 @@ class Runner:
             cfg,
         )
         if cfg.check == "distribution":  # T > 0: does the method sample the baseline's law?
-            from bench import distcheck
-
-            p = self.prompts[0]
-            ids = encode(
+            self.dist_pvalue = distcheck.for_run(
+                cfg,
+                self.prompts[0],
                 self.tokenizer,
-                [{"role": "user", "content": p.turns[0]}],
-                bool(cfg.model.chat_template),
-            )
-            self.dist_pvalue = distcheck.run(
                 self.baseline,
                 self.method,
-                ids,
-                p.id,
                 self.out,
-                samples=int(cfg.dist_samples),
-                positions=int(cfg.dist_positions),
-                seed=int(cfg.seed),
                 sampling=self.sampling,
                 eos=self.eos,
                 clock=self.clock,
@@ -199,7 +167,7 @@ class Runner:
             for prompt in self.prompts:
                 if (prompt.task, prompt.id) not in self.done:
                     runs = self.measure(prompt)
-                    writer.write_unit(list(self.unit_records(prompt, runs, self.verdicts(runs))))
+                    writer.write_unit(self.unit_records(prompt, runs))
                     self.done.add((prompt.task, prompt.id))
                     if not sys.stderr.isatty():  # a log file or CI: one plain line per prompt
                         print(self.progress_line(prompt, runs), file=sys.stderr, flush=True)
@@ -228,109 +196,24 @@ class Runner:
             self.check_no_recompile(f"prompt {prompt.id} ({role})")
 
     def measure(self, prompt: Prompt) -> dict:
-        """`repeats` pairs, then up to `remeasure` more pairs while a turn lacks enough quiet
-        pairs (bench.interference). → {role: [conversation per repeat], "judged": per turn}."""
-        runs = {"baseline": [], "method": []}
-        for r in range(int(self.cfg.repeats)):
-            self.pair(prompt, runs, r)
-        units = self.judge(runs)
-        first = [u["disturbed"] for u in units]
-        extra = 0
-        while any(not u["clean"] for u in units) and extra < int(self.cfg.remeasure):
-            self.pair(prompt, runs, len(runs["baseline"]))
-            extra += 1
-            units = self.judge(runs)
-        for u, was in zip(units, first):
-            u.update(disturbed=was, remeasured=extra)
-            for role in ("baseline", "method"):
-                for (res, _), ok in zip(u["reps"][role], u["quiet"][role]):
-                    if ok:
-                        self.band.add(role, decode_per_token(res))
-        runs["judged"] = units
-        return runs
-
-    def judge(self, runs: dict) -> list[dict]:
-        """Per turn: disturbed?, quiet repeats per side, clean (enough quiet pairs)."""
-        out = []
-        need = min(2, int(self.cfg.repeats))
-        for t in range(len(runs["baseline"][0])):
-            reps = {
-                role: [(conv[t][1], conv[t][3]) for conv in runs[role]]
-                for role in ("baseline", "method")
-            }
-            disturbed, quiet = judge(reps, self.rules, self.band)
-            out.append(
-                {
-                    "disturbed": disturbed,
-                    "quiet": quiet,
-                    "reps": reps,
-                    "clean": len(quiet_pairs(quiet)) >= need,
-                }
-            )
-        return out
-
-    def unit_records(self, prompt: Prompt, runs: dict, verdicts: list[dict]):
-        info = self.run_info()
-        for role in ("baseline", "method"):
-            m = self.baseline if role == "baseline" else self.method
-            for r, conv in enumerate(runs[role]):
-                for t, (ids, res, peak, load) in enumerate(conv):
-                    u = runs["judged"][t]
-                    v = verdicts[t] if role == "method" else {}
-                    unit = {
-                        "quiet": u["quiet"][role][r],
-                        "unit_disturbed": u["disturbed"],
-                        "unit_clean": u["clean"],
-                        "remeasured": u["remeasured"],
-                        "extra_round": r >= int(self.cfg.repeats),
-                        **load,
-                    }
-                    yield rec.record(info, prompt, m.name, role, r, t, ids, res, peak, v, unit)
-
-    def run_info(self) -> dict:
-        """The fields every record of this run shares."""
+        """Interleaved pairs of conversations, re-measured while disturbed (bench.interference)."""
+        pair = lambda runs, r: self.pair(prompt, runs, r)  # noqa: E731
         cfg = self.cfg
-        return {
-            "method": self.method.name,
-            "k": self.k,
-            "temperature": float(cfg.temperature),
-            "top_k": int(cfg.top_k),
-            "top_p": float(cfg.top_p),
-            "device": self.device.type,
-            "dtype": self.choice["dtype"],
-            "engine": self.choice["engine"],
-            "weights": self.choice["weights"],
-            "model": str(cfg.model.name),
-        }
+        return measure(pair, int(cfg.repeats), int(cfg.remeasure), self.rules, self.band)
 
-    def verdicts(self, runs) -> list[dict]:
-        """Greedy: compare the method's repeat-0 turns with the baseline's."""
-        out = []
-        for (b_ids, b_res, *_), (m_ids, m_res, *_) in zip(runs["baseline"][0], runs["method"][0]):
-            if not self.sampling.greedy:
-                out.append({"verdict": None, "dist_pvalue": getattr(self, "dist_pvalue", None)})
-                continue
-            if m_ids != b_ids:  # an earlier turn diverged: this turn's prompt differs
-                out.append(
-                    {
-                        "verdict": "after-divergence",
-                        "first_divergence": None,
-                        "logit_gap": None,
-                        "method_gap": None,
-                    }
-                )
-                continue
-            out.append(
-                compare(
-                    self.target,
-                    b_ids,
-                    b_res.output_ids,
-                    m_res.output_ids,
-                    float(self.cfg.tie_tolerance),
-                    self.device,
-                )
-            )
-        return out
+    def unit_records(self, prompt: Prompt, runs: dict) -> list[dict]:
+        cfg = self.cfg
+        info = rec.run_info(cfg, self.method.name, self.k, self.device, self.choice)
+        names = {"baseline": self.baseline.name, "method": self.method.name}
+        verdicts = turn_verdicts(
+            self.target,
+            runs,
+            self.sampling.greedy,
+            float(cfg.tie_tolerance),
+            self.device,
+            self.dist_pvalue,
+        )
+        return list(rec.unit_records(info, prompt, names, runs, verdicts, int(cfg.repeats)))
 
 
 def execute(cfg: DictConfig, out: Path, progress=None, shared: dict | None = None):

@@ -65,3 +65,28 @@ def compare(
         "logit_gap": gap,
         "method_gap": method_gap,
     }
+
+
+AFTER_DIVERGENCE = {
+    "verdict": "after-divergence",
+    "first_divergence": None,
+    "logit_gap": None,
+    "method_gap": None,
+}
+
+
+def turn_verdicts(target, runs: dict, greedy: bool, tie_tolerance: float, device, pvalue=None):
+    """Per turn of one prompt: greedy compares the method's repeat-0 answer with the baseline's
+    (a turn after a divergence has another prompt and is marked so); sampled turns carry the
+    run's distribution-check p-value instead."""
+    out = []
+    for (b_ids, b_res, *_), (m_ids, m_res, *_) in zip(runs["baseline"][0], runs["method"][0]):
+        if not greedy:
+            out.append({"verdict": None, "dist_pvalue": pvalue})
+        elif m_ids != b_ids:
+            out.append(dict(AFTER_DIVERGENCE))
+        else:
+            out.append(
+                compare(target, b_ids, b_res.output_ids, m_res.output_ids, tie_tolerance, device)
+            )
+    return out

@@ -23,6 +23,8 @@ same round with an EAGLE-3 head.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from drafters import eagle as eagle_io
@@ -30,7 +32,7 @@ from engines.base import additive, tree_mask
 from groundfloor.errors import UserError
 from groundfloor.models import local_dir
 from groundfloor.tree import TreeLayout
-from methods import budget
+from methods import budget, knobs
 from methods.base import TreeMethod, TreeProposal
 
 
@@ -55,13 +57,22 @@ class HeadCache:
         return 0 if self.k is None else 2 * self.k.numel() * self.k.element_size()
 
 
+@dataclass(frozen=True)
+class EagleKnobs:  # defaults: conf/method/eagle.yaml and eagle3.yaml
+    heads: str | None
+    top_k: int
+    total_tokens: int | str  # auto: from timed target forwards
+    budget_ratio: float
+
+
 class Eagle(TreeMethod):
     name = "eagle"
     kind = "eagle"
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        ratio = float(cfg.get("budget_ratio", 1.5))
+        kn = knobs.read(cfg, EagleKnobs)
+        ratio = kn.budget_ratio
         self.need(
             ratio >= 1,
             "budget_ratio",
@@ -69,7 +80,7 @@ class Eagle(TreeMethod):
             "use a factor >= 1 (the verify forward may cost this × a one-token forward)",
         )
         draft_vocab = self.draft_vocab()
-        src = cfg.get("heads") or ctx.model_cfg.get(self.kind)
+        src = kn.heads or ctx.model_cfg.get(self.kind)
         if not src:
             raise UserError(
                 f"method={self.name} needs a head: set method.heads=<dir or Hub id> "
@@ -90,12 +101,12 @@ class Eagle(TreeMethod):
         frequent = (self.head_cfg.get("specsweep") or {}).get("frequent_ids")
         vocab = self.head.restrict(frequent, draft_vocab)
         self.depth = 6 if ctx.k(cfg) is None else int(ctx.k(cfg))
-        self.top_k = int(cfg.get("top_k", 8))
+        self.top_k = kn.top_k
         if self.depth < 1 or self.top_k < 1:
             raise UserError(
                 f"method {self.name}: k={self.depth} and top_k={self.top_k} must be ≥ 1"
             )
-        total = cfg.get("total_tokens", "auto")
+        total = kn.total_tokens
         self.budget_curve = None
         if total == "auto":
             n, self.budget_curve = budget.auto_tokens(ctx.target, ratio)

@@ -26,10 +26,13 @@ n-grams kept per first token), pool_from_prompt.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
+from methods import knobs
 from methods.base import TreeMethod, TreeProposal
 
 
@@ -60,20 +63,29 @@ def window_parents(levels: int, W: int, offset: int) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class LookaheadKnobs:  # defaults: conf/method/lookahead.yaml
+    W: int
+    N: int
+    G: int
+    pool_from_prompt: bool
+
+
 class Lookahead(TreeMethod):
     name = "lookahead"
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         k = ctx.k(cfg)
-        self.W, self.G = int(cfg.get("W", 4)), int(cfg.get("G", 4))
-        self.N = k + 1 if k is not None else int(cfg.get("N", 3))
+        kn = knobs.read(cfg, LookaheadKnobs)
+        self.W, self.G = kn.W, kn.G
+        self.N = k + 1 if k is not None else kn.N
         if self.W < 1 or self.N < 2 or self.G < 0:
             raise UserError(
                 f"method {self.name}: W={self.W}, N={self.N}, G={self.G}: need "
                 f"W >= 1, N >= 2 (k >= 1), G >= 0"
             )
-        self.pool_from_prompt = bool(cfg.get("pool_from_prompt", True))
+        self.pool_from_prompt = kn.pool_from_prompt
         self.info = {
             "W": self.W,
             "N": self.N,

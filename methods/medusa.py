@@ -13,8 +13,9 @@ depth), draft_vocab (score only the N most frequent tokens, drafters.draftvocab;
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from omegaconf import OmegaConf
 
 from drafters import medusa as heads_io
 from drafters.draftvocab import DraftVocab
@@ -22,8 +23,19 @@ from groundfloor.errors import UserError
 from groundfloor.models import local_dir
 from groundfloor.sampling import probs
 from groundfloor.tree import TreeLayout
-from methods import static_trees
+from methods import knobs, static_trees
 from methods.base import TreeMethod, TreeProposal
+
+
+@dataclass(frozen=True)
+class MedusaKnobs:  # defaults: conf/method/medusa.yaml
+    heads: str | None
+    num_heads: int | None
+    tree: object  # auto | a named tree | a list of rank paths
+    tree_size: int
+    acceptance: str
+    posterior_threshold: float
+    posterior_alpha: float
 
 
 class Medusa(TreeMethod):
@@ -32,7 +44,8 @@ class Medusa(TreeMethod):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        k, size, acc = ctx.k(cfg), cfg.get("tree_size", 10), cfg.get("acceptance", "exact")
+        kn = knobs.read(cfg, MedusaKnobs)
+        k, size, acc = ctx.k(cfg), kn.tree_size, kn.acceptance
         self.need(
             k is None or k >= 1, "k", k, "use an integer >= 1 (tree depth) or null (every head)"
         )
@@ -44,7 +57,7 @@ class Medusa(TreeMethod):
             "choose one of: exact (lossless), typical (Medusa's, lossy)",
         )
         draft_vocab = self.draft_vocab()
-        path = cfg.get("heads") or ctx.model_cfg.get("medusa")
+        path = kn.heads or ctx.model_cfg.get("medusa")
         if not path:
             raise UserError("method=medusa needs heads: set method.heads=<dir> or model.medusa")
         path = local_dir(str(path), "method.heads")
@@ -56,15 +69,14 @@ class Medusa(TreeMethod):
             )
         self.heads, hcfg = heads_io.load(path, ctx.dtype)
         self.heads.to(ctx.device)
-        n = int(cfg.get("num_heads") or self.heads.num_heads)
+        n = kn.num_heads or self.heads.num_heads
         if not 1 <= n <= self.heads.num_heads:
             raise UserError(
                 f"method.num_heads={n} is not valid; the heads in {path} have "
                 f"1..{self.heads.num_heads}"
             )
         depth = k or n
-        tree = cfg.get("tree", "auto")
-        tree = OmegaConf.to_container(tree) if OmegaConf.is_config(tree) else tree
+        tree = kn.tree
         try:
             paths = static_trees.resolve(tree, hcfg.get("rank_accuracy"), int(size), depth, n)
         except KeyError:
@@ -92,8 +104,8 @@ class Medusa(TreeMethod):
         self.typical = acc == "typical"
         if self.typical:
             self.name, self.lossless = "medusa-typical", False
-            self.posterior_threshold = float(cfg.get("posterior_threshold", 0.09))
-            self.posterior_alpha = float(cfg.get("posterior_alpha", 0.3))
+            self.posterior_threshold = kn.posterior_threshold
+            self.posterior_alpha = kn.posterior_alpha
             self.need(
                 0 < self.posterior_threshold <= 1,
                 "posterior_threshold",

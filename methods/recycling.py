@@ -24,16 +24,22 @@ hot_start.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
-from omegaconf import OmegaConf
 
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
-from methods import static_trees
+from methods import knobs, static_trees
 from methods.base import TreeMethod, TreeProposal
 
 SNAPSHOTS = 8  # prompts whose starting matrix is remembered (they repeat back to back)
+
+
+@dataclass(frozen=True)
+class RecyclingKnobs:  # defaults: conf/method/recycling.yaml
+    tree: object  # a named tree | a list of rank paths
+    hot_start: bool
 
 
 class Recycling(TreeMethod):
@@ -41,8 +47,8 @@ class Recycling(TreeMethod):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        tree = cfg.get("tree", "medium")
-        tree = OmegaConf.to_container(tree) if OmegaConf.is_config(tree) else tree
+        kn = knobs.read(cfg, RecyclingKnobs)
+        tree = kn.tree
         depth = ctx.k(cfg)
         if isinstance(tree, str) and tree not in static_trees.TREES:
             raise UserError(
@@ -66,7 +72,7 @@ class Recycling(TreeMethod):
         for d in range(1, self.layout.max_depth + 1):
             idx = torch.tensor([i for i, p in enumerate(order) if len(p) == d], device=dev)
             self.levels.append((idx, self.parent[idx]))
-        self.hot_start = bool(cfg.get("hot_start", True))
+        self.hot_start = kn.hot_start
         self.adj = torch.full((ctx.target.vocab_size, self.width), -1, dtype=torch.long, device=dev)
         self.snapshots: OrderedDict[tuple, torch.Tensor] = OrderedDict()
         self.info = {

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,6 +32,7 @@ import torch
 from drafters.suffix_automaton import SuffixAutomaton
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
+from methods import knobs
 from methods.base import TreeMethod, TreeProposal
 from methods.registry import build_method, method_config
 
@@ -48,6 +50,14 @@ def read_corpus(path: Path, tokenizer) -> list[list[int]]:
     return docs
 
 
+@dataclass(frozen=True)
+class SamKnobs:  # defaults: conf/method/sam.yaml
+    min_match: int | None
+    corpus: str | None
+    fallback: str | None
+    fallback_overrides: dict
+
+
 class Sam(TreeMethod):
     name = "sam"
 
@@ -57,17 +67,18 @@ class Sam(TreeMethod):
         if self.k < 1:
             raise UserError(f"method {self.name}: k={self.k}: use an integer >= 1")
         self.fallback = None
-        fb = cfg.get("fallback")
+        kn = knobs.read(cfg, SamKnobs)
+        fb = kn.fallback
         if fb:
-            self.fallback = self._build_fallback(str(fb), cfg.get("fallback_overrides"), ctx)
+            self.fallback = self._build_fallback(fb, kn.fallback_overrides, ctx)
             self.name = f"sam+{fb}"
-        mm = cfg.get("min_match")
-        self.min_match = int(mm) if mm is not None else (3 if self.fallback else 1)
+        mm = kn.min_match
+        self.min_match = mm if mm is not None else (3 if self.fallback else 1)
         if self.min_match < 1:
             raise UserError(f"method.min_match={self.min_match}: use an integer >= 1")
         self.static = None
-        if cfg.get("corpus"):
-            self.static = self._load_corpus(Path(str(cfg.corpus)), ctx)
+        if kn.corpus:
+            self.static = self._load_corpus(Path(kn.corpus), ctx)
         self.info = {
             "k": self.k,
             "min_match": self.min_match,

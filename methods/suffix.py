@@ -46,6 +46,7 @@ import torch
 from drafters.suffix_automaton import SuffixAutomaton
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
+from methods import knobs
 from methods.base import TreeMethod, TreeProposal
 
 SHAPES = ("chain", "tree")
@@ -173,19 +174,28 @@ class ResponseCache:
             self._rebuild()
 
 
+@dataclass(frozen=True)
+class SuffixKnobs:  # defaults: conf/method/suffix.yaml
+    shape: str
+    max_depth: int
+    max_spec_factor: float
+    max_spec_offset: float
+    min_token_prob: float
+    max_cached: int
+    reuse_same_prompt: bool
+
+
 class Suffix(TreeMethod):
     name = "suffix"
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.k = int(ctx.k(cfg) or 0)
-        self.shape = str(cfg.get("shape", "chain"))
-        self.max_depth = int(cfg.get("max_depth", 24))
-        self.factor = float(cfg.get("max_spec_factor", 1.0))
-        self.offset = float(cfg.get("max_spec_offset", 0.0))
-        self.min_prob = float(cfg.get("min_token_prob", 0.1))
-        self.max_cached = int(cfg.get("max_cached", 64))
-        self.reuse_same_prompt = bool(cfg.get("reuse_same_prompt", False))
+        kn = knobs.read(cfg, SuffixKnobs)
+        self.shape, self.max_depth = kn.shape, kn.max_depth
+        self.factor, self.offset = kn.max_spec_factor, kn.max_spec_offset
+        self.min_prob, self.max_cached = kn.min_token_prob, kn.max_cached
+        self.reuse_same_prompt = kn.reuse_same_prompt
         for bad, msg in (
             (self.k < 1, f"k={self.k}: use an integer >= 1 (most tokens drafted)"),
             (

@@ -314,3 +314,55 @@ def test_each_typed_knob_refuses_the_wrong_type(name, knob, default):
     bad = "maybe" if isinstance(default, bool) else "abc"
     msg = refusal(check_overrides, [f"method={name}", f"method.{knob}={bad}"])
     assert f"method.{knob}='{bad}' is not valid for {name}; it takes" in msg
+
+
+def knob_schemas():
+    """(method name, its Knobs dataclass) for each method reading knobs through methods.knobs."""
+    import dataclasses
+    import importlib
+
+    out = []
+    for name in method_names():
+        module = importlib.import_module(method_defaults(name)["_target_"].rsplit(".", 1)[0])
+        for obj in vars(module).values():
+            if dataclasses.is_dataclass(obj) and obj.__name__.endswith("Knobs"):
+                out.append((name, obj))
+    return out
+
+
+def test_each_knob_a_method_reads_has_its_default_in_its_yaml():
+    from methods import knobs
+
+    schemas = knob_schemas()
+    assert {n for n, _ in schemas} >= {"suffix", "lookahead", "medusa", "recycling", "sam"}
+    for name, schema in schemas:
+        read = knobs.read(OmegaConf.create(method_defaults(name)), schema)  # every field there
+        assert read is not None, name
+
+
+def test_no_method_repeats_a_default_in_code():
+    """`cfg.get(knob, default)` in methods/ would be a second home for a YAML default."""
+    import pathlib
+
+    repeated = []
+    for path in sorted(pathlib.Path(CONF.parent / "methods").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            call = node if isinstance(node, ast.Call) else None
+            f = getattr(call, "func", None)
+            if isinstance(f, ast.Attribute) and f.attr == "get" and len(call.args) == 2:
+                if "cfg" in ast.unparse(f.value):
+                    repeated.append(f"{path.name}:{node.lineno} {ast.unparse(call)}")
+    assert not repeated, repeated
+
+
+def test_a_knob_of_the_wrong_type_in_a_node_is_one_line(env):
+    msg = refusal(build, env, "suffix", {"max_depth": "deep"})
+    assert msg == "method.max_depth='deep' is not valid; it takes an integer", msg
+    msg = refusal(build, env, "sam", {"min_match": 2.5})
+    assert "method.min_match=2.5 is not valid; it takes an integer" in msg
+
+
+def test_a_partial_node_takes_the_rest_from_its_yaml(env):
+    ctx = make_ctx(env["lean"])
+    m = build_method({"_target_": "methods.suffix.Suffix", "name": "suffix", "k": 3}, ctx)
+    assert (m.k, m.max_depth, m.max_cached) == (3, 24, 64)  # conf/method/suffix.yaml's

@@ -226,3 +226,22 @@ def test_early_stopping_keeps_the_best_held_out_weights(data, tiny_target_dir, t
     again = loop.evaluate(spec, max_batches=20)  # the restored weights are the best ones
     assert loop.held_out_loss(again) == pytest.approx(min(evals), rel=1e-5)
     assert len(result["train_minus_held_out_top1"]) == 2
+
+
+def test_each_drafter_yaml_names_its_training_spec():
+    """Training is chosen by the `_target_` of conf/drafter/<name>.yaml, no list in code."""
+    from omegaconf import OmegaConf
+
+    from bench.train.__main__ import spec_class
+    from groundfloor.errors import UserError
+    from groundfloor.paths import CONF
+
+    for path in sorted((CONF / "drafter").glob("*.yaml")):
+        cfg = OmegaConf.create({"drafter": OmegaConf.load(path), "target": "unused"})
+        cls = spec_class(cfg)
+        assert hasattr(cls, "from_config") and hasattr(cls, "needed_layers"), path.name
+        if cfg.drafter.name != "eagle3":  # eagle3's taps need the target's depth
+            assert cls.needed_layers(cfg) == ([] if cfg.drafter.name == "draft" else [-1])
+    bad = OmegaConf.create({"drafter": {"name": "mystery", "_target_": "bench.nowhere.Spec"}})
+    with pytest.raises(UserError, match="drafter=mystery: cannot import 'bench.nowhere.Spec'"):
+        spec_class(bad)

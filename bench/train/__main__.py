@@ -21,36 +21,33 @@ from omegaconf import DictConfig, OmegaConf
 from bench.table import progress_bar
 from groundfloor.errors import UserError
 
-SPECS = ("medusa", "draft", "eagle", "eagle3")
+
+def spec_class(cfg):
+    """The training spec conf/drafter/<name>.yaml names in `_target_` (bench.train.specs,
+    bench.train.eagle_spec): its `needed_layers(cfg)` and `from_config(data, target, cfg)`."""
+    from hydra.utils import get_class
+
+    where = f"drafter={cfg.drafter.name}"
+    if not cfg.drafter.get("_target_"):
+        raise UserError(f"{where} names no training spec (_target_ in conf/drafter/)")
+    try:
+        return get_class(str(cfg.drafter._target_))
+    except Exception as e:
+        raise UserError(f"{where}: cannot import {cfg.drafter._target_!r} ({e})")
 
 
 def needed_layers(cfg) -> list[int]:
     """The target hidden states a drafter trains on (the data keeps cfg.layers)."""
-    name = cfg.drafter.name
-    if name == "draft":
-        return []
-    if name == "eagle3":
-        from transformers import AutoConfig
-
-        from drafters.eagle import default_layers
-        from groundfloor.models import resolve_path
-
-        n = AutoConfig.from_pretrained(resolve_path(str(cfg.target))).num_hidden_layers
-        layers = list(cfg.drafter.get("layers") or default_layers("eagle3", n))
-        return layers + ([-1] if cfg.drafter.get("soft") else [])
-    return [-1]
+    return spec_class(cfg).needed_layers(cfg)
 
 
 def run(cfg: DictConfig) -> None:
 
-    from bench.train import distill, loop, specs
+    from bench.train import distill, loop
     from groundfloor.models import load_model
 
     name = cfg.drafter.name
-    if name not in SPECS:
-        raise UserError(
-            f"drafter={name!r} cannot be trained yet; choose one of: {', '.join(SPECS)}"
-        )
+    spec_cls = spec_class(cfg)
     work = Path(HydraConfig.get().runtime.output_dir)
     out = Path(cfg.out)
     t0 = time.time()
@@ -72,42 +69,7 @@ def run(cfg: DictConfig) -> None:
         target, _ = load_model(cfg.target, torch.device("cpu"), getattr(torch, cfg.dtype))
         d = cfg.drafter
         torch.manual_seed(int(cfg.seed))  # the drafter's initial weights come from this seed
-        if name == "medusa":
-            spec = specs.MedusaSpec(
-                data,
-                target,
-                int(d.num_heads),
-                int(d.num_layers),
-                int(d.batch_size),
-                float(cfg.holdout),
-                str(cfg.target),
-            )
-        elif name == "draft":
-            spec = specs.DraftSpec(
-                data,
-                target,
-                int(d.num_layers),
-                int(d.vocab_size),
-                int(d.batch_size),
-                float(cfg.holdout),
-                str(cfg.target),
-            )
-        else:
-            from bench.train.eagle_spec import EagleSpec
-
-            spec = EagleSpec(
-                data,
-                target,
-                name,
-                int(d.unroll),
-                int(d.eval_unroll),
-                d.get("vocab_size"),
-                int(d.batch_size),
-                float(cfg.holdout),
-                str(cfg.target),
-                d.get("layers"),
-                bool(d.get("soft", False)),
-            )
+        spec = spec_cls.from_config(data, target, cfg)
         result = loop.train(
             spec,
             work,
@@ -119,8 +81,8 @@ def run(cfg: DictConfig) -> None:
             int(cfg.seed),
             bool(cfg.resume),
             progress,
-            d.get("patience"),
-            int(d.get("eval_batches", 20)),
+            d.patience,
+            int(d.eval_batches),
         )
     spec.save(out, result)
     (out / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg))

@@ -27,12 +27,14 @@ from pathlib import Path
 
 import torch
 from torch.nn import functional as F
+from transformers import AutoConfig
 
 from bench.train.specs import SequenceSpec, answer_counts, frequent_ids
 from drafters import eagle
 from drafters.draftvocab import inverse
 from engines.base import additive
 from groundfloor.errors import UserError
+from groundfloor.models import resolve_path
 
 
 def unroll_mask(L: int, j: int, dtype, device) -> torch.Tensor:
@@ -44,6 +46,33 @@ def unroll_mask(L: int, j: int, dtype, device) -> torch.Tensor:
 
 
 class EagleSpec(SequenceSpec):
+    @staticmethod
+    def needed_layers(cfg) -> list[int]:
+        """EAGLE-2 reads the last hidden state; EAGLE-3 its three taps (and the last for soft
+        labels)."""
+        if cfg.drafter.name != "eagle3":
+            return [-1]
+        n = AutoConfig.from_pretrained(resolve_path(str(cfg.target))).num_hidden_layers
+        layers = list(cfg.drafter.get("layers") or eagle.default_layers("eagle3", n))
+        return layers + ([-1] if cfg.drafter.soft else [])
+
+    @classmethod
+    def from_config(cls, data, target, cfg):
+        d = cfg.drafter
+        return cls(
+            data,
+            target,
+            str(d.name),
+            int(d.unroll),
+            int(d.eval_unroll),
+            d.vocab_size,
+            int(d.batch_size),
+            float(cfg.holdout),
+            str(cfg.target),
+            d.get("layers"),
+            bool(d.soft),
+        )
+
     def __init__(
         self,
         data: list[dict],

@@ -43,6 +43,23 @@ class MedusaSpec:
     The loss scores the 8,192 most frequent answer tokens (rows of the shared LM head); a label
     outside them counts as a miss in the accuracies."""
 
+    @staticmethod
+    def needed_layers(cfg) -> list[int]:
+        return [-1]
+
+    @classmethod
+    def from_config(cls, data, target, cfg):
+        d = cfg.drafter
+        return cls(
+            data,
+            target,
+            int(d.num_heads),
+            int(d.num_layers),
+            int(d.batch_size),
+            float(cfg.holdout),
+            str(cfg.target),
+        )
+
     def __init__(
         self,
         data: list[dict],
@@ -151,6 +168,23 @@ class DraftSpec(SequenceSpec):
     Labels are draft-vocabulary ids (t2d of the next token); a next token outside the draft
     vocabulary is excluded from the loss but counted as a miss in the accuracy.
     """
+
+    @staticmethod
+    def needed_layers(cfg) -> list[int]:
+        return []  # the draft model reads token ids only
+
+    @classmethod
+    def from_config(cls, data, target, cfg):
+        d = cfg.drafter
+        return cls(
+            data,
+            target,
+            int(d.num_layers),
+            int(d.vocab_size),
+            int(d.batch_size),
+            float(cfg.holdout),
+            str(cfg.target),
+        )
 
     def __init__(
         self,
