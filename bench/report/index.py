@@ -23,7 +23,9 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report import charts, tables
+from bench.report.group import SECTIONS, Group
 from bench.report.serve import is_server, server_section
+from bench.report.writer import Writer
 from bench.runs import load_runs, slug
 from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
@@ -37,264 +39,12 @@ def clear_outputs(out: Path) -> None:
             p.unlink()
 
 
-class Writer:
-    """Collects index.md's Markdown and writes the CSV and PNG files it links."""
-
-    def __init__(self, out: Path, palette: charts.Palette):
-        self.out, self.palette, self.md = out, palette, []
-
-    def add(self, *lines: str) -> None:
-        self.md.extend(lines)
-
-    def csv(self, df: pd.DataFrame, name: str) -> str:
-        df.to_csv(self.out / name, index=False)
-        return name
-
-    def chart(self, fn, df: pd.DataFrame, name: str, alt: str, *args, **kw) -> None:
-        self.csv(df, name.replace(".png", ".csv"))
-        fn(df, *args, palette=self.palette, path=self.out / name, **kw)
-        self.add(
-            f"![{alt}]({name})",
-            f"<sub>data: [{name.replace('.png', '.csv')}]({name.replace('.png', '.csv')})</sub>",
-            "",
-        )
-
-    def section(
-        self,
-        heading: str,
-        empty: str | None,
-        fn,
-        df: pd.DataFrame,
-        name: str,
-        alt: str,
-        *args,
-        **kw,
-    ) -> None:
-        """A `###` section: the chart of `df`, or the sentence `empty` when df has no rows."""
-        self.add(f"### {heading}", "")
-        if empty is not None and df.empty:
-            self.add(empty, "")
-        else:
-            self.chart(fn, df, name, alt, *args, **kw)
-
-
 def display_path(p: str) -> str:
     """A run's path relative to the repository when it lies inside it."""
     try:
         return str(Path(p).resolve().relative_to(ROOT))
     except ValueError:
         return str(p)
-
-
-def settings_note(g: pd.DataFrame) -> str:
-    settings = sorted(g.settings.unique())
-    if len(settings) == 1:
-        return f"Settings: {settings[0]}."
-    return (
-        "**Mixed settings**: rows in this group come from runs with different prompt sets "
-        "or lengths (" + "; ".join(settings) + "); compare rows with care."
-    )
-
-
-def group_section(w: Writer, group: str, g: pd.DataFrame, recs: pd.DataFrame) -> None:
-    s = slug(group)
-    first = g.iloc[0]
-    runs = g.run.nunique()
-    imported = first["source"] != "specsweep"
-    what = "answer file" if imported else "run"
-    caption = (
-        f"model **{first['model']}** · device **{first['device_name']}** · dtype "
-        f"**{first['dtype']}** · {runs} {what}{'s' if runs != 1 else ''}"
-    )
-    w.add(f'<a id="{s}"></a>', "", f"## {group}", "", caption + ". " + settings_note(g), "")
-
-    board = tables.leaderboard(g)
-    w.csv(board, f"leaderboard__{s}.csv")
-    base = (
-        "the named Spec-Bench baseline file's, over the questions both answered"
-        if imported
-        else "the interleaved ar baseline's"
-    )
-    note = (
-        "`baseline` is the baseline file against itself."
-        if imported
-        else "`ar` is the baseline measured against itself: its speedup should be 1 within "
-        "the interval."
-    )
-    w.add(
-        "### Leaderboard",
-        "",
-        f"Speedup over autoregressive decoding (tokens/s ÷ {base}), "
-        f"95% bootstrap interval in parentheses. {caption}.",
-        "",
-        tables.leaderboard_markdown(board, "speedup"),
-        "",
-        f"τ, mean accepted tokens per target forward (95% interval over prompts). {caption}.",
-        "",
-        tables.leaderboard_markdown(board, "tau"),
-        "",
-        f"<sub>data: [leaderboard__{s}.csv](leaderboard__{s}.csv). {note} No interval is "
-        "shown where it collapses to a point (one prompt, or identical prompts). † the cell "
-        "kept units disturbed by other work on the machine after re-measurement; ‡ disturbed "
-        "units were re-measured and their quiet repeats used.</sub>",
-        "",
-    )
-
-    t0 = tables.with_labels(tables.lowest_temperature(g))
-    temp = t0.temperature.dropna()
-    sub = f"{group} · T={temp.min():g}" if len(temp) else group
-    bars = t0[
-        [
-            "label",
-            "method",
-            "k",
-            "task",
-            "speedup",
-            "speedup_ci_low",
-            "speedup_ci_high",
-            "tau",
-            "tau_ci_low",
-            "tau_ci_high",
-        ]
-    ]
-    bars = tables.config_order(bars.assign(temperature=0)).drop(columns="temperature")
-    w.section(
-        "Speedup by task",
-        None,
-        charts.bars_by_task,
-        bars,
-        f"speedup_by_task__{s}.png",
-        "speedup by task",
-        "speedup",
-        "speedup over autoregressive (×)",
-        title="Speedup by task and method",
-        subtitle=sub,
-    )
-    w.section(
-        "τ by task",
-        None,
-        charts.bars_by_task,
-        bars,
-        f"tau_by_task__{s}.png",
-        "tau by task",
-        "tau",
-        "τ (tokens per target forward)",
-        title="τ by task and method",
-        subtitle=sub,
-    )
-
-    ks = tables.k_sweep(g)
-    w.section(
-        "k sweep",
-        "No method in this group ran at two or more values of k.",
-        charts.sweep_lines,
-        ks,
-        f"k_sweep__{s}.png",
-        "k sweep",
-        "k",
-        "k: draft tokens per round",
-        "method",
-        title="Speedup and τ against draft length k",
-        subtitle=sub + " · overall",
-    )
-    ts = tables.temperature_sweep(g)
-    w.section(
-        "Temperature sweep",
-        "No method config in this group ran at two or more temperatures.",
-        charts.sweep_lines,
-        ts,
-        f"temperature_sweep__{s}.png",
-        "temperature sweep",
-        "temperature",
-        "sampling temperature T (0 = greedy)",
-        "label",
-        title="Speedup and τ against sampling temperature",
-        subtitle=group + " · overall",
-    )
-    alpha = tables.alpha_table(g)
-    w.section(
-        "Acceptance rate per draft position",
-        "No per-position draft counts in this group (no drafting method, or imported).",
-        charts.alpha_per_position,
-        alpha,
-        f"alpha_per_position__{s}.png",
-        "acceptance per position",
-        title="Acceptance rate per draft position",
-        subtitle=sub + " · overall",
-    )
-    tb = tables.time_breakdown(recs, g)
-    w.section(
-        "Time breakdown",
-        "No per-phase times in this group (imported answer files carry none).",
-        charts.time_breakdown,
-        tb,
-        f"time_breakdown__{s}.png",
-        "time breakdown",
-        title="Where the wall time goes, per method",
-        subtitle=sub,
-    )
-    cm = tables.cost_model(g)
-    if len(cm):
-        w.add(
-            "### Cost model",
-            "",
-            "Measured speedup next to the prediction τ_round ÷ ((c(w) + draft time per round) "
-            "÷ c(1)), with c the run's measured cost of a target forward over w tokens "
-            "(w = tokens verified per round). A method far below its prediction loses to "
-            "overheads; a low prediction means its drafter's acceptance, or this machine's "
-            f"verify cost, limits it. {caption}.",
-            "",
-            tables.markdown_table(
-                ["method", "τ per round", "predicted", "measured", "draft %"],
-                [
-                    [
-                        r.label,
-                        tables._num(r.tau_round),
-                        tables._num(r.predicted_speedup, "{:.2f}×"),
-                        tables._num(r.speedup, "{:.2f}×"),
-                        tables._num(100 * r.draft_overhead, "{:.0f}"),
-                    ]
-                    for r in cm.itertuples()
-                ],
-            ),
-            "",
-        )
-        w.csv(cm, f"cost_model__{s}.csv")
-    sub_df = tables.subcategory_detail(recs)
-    if len(sub_df):
-        w.csv(sub_df, f"subcategories__{s}.csv")
-        w.add(
-            "### Detail by sub-category",
-            "",
-            f"Median unit speedup and τ per sub-category (MT-Bench's eight). {caption}.",
-            "",
-            tables.markdown_table(
-                ["method", "category", "sub-category", "units", "speedup", "τ"],
-                [
-                    [
-                        r.label,
-                        r.category,
-                        r.subcategory,
-                        r.units,
-                        tables._num(r.speedup, "{:.2f}×"),
-                        tables._num(r.tau),
-                    ]
-                    for r in sub_df.itertuples()
-                ],
-            ),
-            "",
-        )
-    mem = tables.memory_table(g)
-    w.section(
-        "Memory overhead",
-        "No memory measurements in this group (imported answer files carry none).",
-        charts.memory,
-        mem,
-        f"memory__{s}.png",
-        "memory overhead",
-        title="Memory overhead per method (extra weights + peak-memory delta)",
-        subtitle=sub,
-    )
 
 
 def device_section(w: Writer, cells: pd.DataFrame) -> None:
@@ -404,7 +154,9 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
     )
     for group in groups:
         g = cells[cells.group == group]
-        group_section(w, group, g, recs[recs.group == group] if len(recs) else recs)
+        x = Group.of(w, group, g, recs[recs.group == group] if len(recs) else recs)
+        for section in SECTIONS:
+            section(x)
     if len(cells):
         device_section(w, cells)
         lossless_section(w, cells, recs)
