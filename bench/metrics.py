@@ -1,27 +1,19 @@
-"""The run summary (docs/metrics.md states every definition in words).
+"""The run summary: every summary.csv column is a registered metric (`@metric` below: its
+columns, its function, one line of documentation); docs/metrics.md defines each in words.
 
 Unit of comparison: one prompt × turn, measured in interleaved pairs (baseline and method
 adjacent in time); repeats flagged by bench.interference are left out where quiet ones exist.
-    speedup           median over units of the unit's median pair ratio
-                      (method tokens/s ÷ baseline tokens/s of one pair); 95% interval:
-                      percentile bootstrap of that median over units (2,000 resamples)
-    speedup_totals    Σ new tokens ÷ Σ wall time, method over baseline (unit times: medians of
-                      quiet repeats): the ratio of totals, kept as a second view
-    tokens/s          Σ new tokens ÷ Σ wall time (prefill + decode, as Spec-Bench)
-    disturbed_units   units whose first repeats were disturbed; remeasured: units given extra
-                      pairs; unclean_units: units still without enough quiet pairs (flagged)
-    drafting metrics  bench.acceptance (τ and its variants, α conditional and marginal, ...)
-    predicted_speedup the cost model of bench.acceptance on the run's measured cost curve
-    draft overhead    Σ draft time ÷ Σ wall time
-    TTFT, TPOT        medians; TPOT = (wall − TTFT) ÷ (new − 1)
-    memory            extra weights/buffers held by the method + (method − baseline) peak delta
-    exact_match       fraction of prompts (all turns) whose greedy ids equal the baseline's
-    dist_pvalue       check=distribution's p-value (bench/distcheck.py, docs/sampling.md)
+The speedup is the median over units of the unit's median pair ratio (method tokens/s ÷
+baseline tokens/s of one pair), with a percentile-bootstrap 95% interval over units.
 Rows: one per task × method config, per (task, category) when a task spans several categories
 (question files), and task=all over everything.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -29,40 +21,6 @@ import pandas as pd
 from bench import acceptance
 
 KEYS = ["task", "category", "method", "k", "temperature", "device", "engine", "weights", "dtype"]
-COLUMNS = KEYS + [
-    "n_prompts",
-    "new_tokens",
-    "tokens_per_s",
-    "baseline_tokens_per_s",
-    "speedup",
-    "speedup_ci_low",
-    "speedup_ci_high",
-    "speedup_totals",
-    "disturbed_units",
-    "remeasured",
-    "unclean_units",
-    "tau",
-    "tau_round",
-    "accepted_per_round",
-    "tau_request",
-    "acceptance_rate",
-    "alpha_per_pos",
-    "alpha_marginal",
-    "accept_hist",
-    "accept_by_depth",
-    "accept_by_position",
-    "predicted_speedup",
-    "draft_overhead",
-    "memory_overhead_mb",
-    "ttft_ms",
-    "tpot_ms",
-    "exact_match",
-    "near_ties",
-    "mismatches",
-    "dist_pvalue",
-    "skipped_prompts",
-    "partial",
-]
 UNIT = ["task", "prompt_id", "turn"]
 
 
@@ -131,55 +89,163 @@ def flags(method: pd.DataFrame) -> dict:
     }
 
 
+class Scope:
+    """The records one summary row is computed from: the method's and the baseline's (every
+    repeat), the run's cost curve, and what several metrics share, computed once."""
+
+    def __init__(self, method: pd.DataFrame, base: pd.DataFrame, costs: dict | None):
+        self.method, self.base, self.costs = method, base, costs or {}
+        self.rep0 = method[method.repeat == 0]  # drafting counts: one repeat per unit
+        q = _quiet(method)
+        self.quiet = method[q] if q.any() else method  # times: the quiet repeats
+        self.greedy = float(method.temperature.iloc[0]) == 0
+
+    @cached_property
+    def speed(self) -> pd.DataFrame:
+        return unit_speed(self.method, self.base)
+
+    @cached_property
+    def draft(self) -> dict:
+        return acceptance.drafting(self.rep0)
+
+
+@dataclass(frozen=True)
+class Metric:
+    columns: tuple[str, ...]  # summary.csv columns it fills
+    fn: Callable[[Scope], object]  # → a value (one column) or a tuple in `columns` order
+    doc: str
+
+
+METRICS: list[Metric] = []
+
+
+def metric(*columns: str, doc: str):
+    """Register a summary metric: its definition (the function), its columns and one line of
+    documentation, in one place; summary.csv's columns follow the registration order, and
+    tests/test_metrics.py checks that docs/metrics.md defines every column."""
+
+    def register(fn):
+        METRICS.append(Metric(columns, fn, doc))
+        return fn
+
+    return register
+
+
+@metric("n_prompts", doc="prompts measured")
+def _n_prompts(x: Scope):
+    return int(x.rep0[["task", "prompt_id"]].drop_duplicates().shape[0])
+
+
+@metric("new_tokens", doc="new tokens of the method, repeat 0")
+def _new_tokens(x: Scope):
+    return int(x.rep0.new_tokens.sum())
+
+
+@metric("tokens_per_s", "baseline_tokens_per_s", doc="Σ new tokens ÷ Σ wall time, each side")
+def _tokens_per_s(x: Scope):
+    s = x.speed
+    return float(s.new_m.sum() / s.wall_m.sum()), float(s.new_b.sum() / s.wall_b.sum())
+
+
+@metric(
+    "speedup",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    doc="median over units of the median pair ratio; bootstrap 95% interval",
+)
+def _speedup(x: Scope):
+    return (float(x.speed.ratio.median()), *bootstrap_median(x.speed.ratio))
+
+
+@metric("speedup_totals", doc="ratio of the two sides' tokens_per_s")
+def _speedup_totals(x: Scope):
+    m, b = _tokens_per_s(x)
+    return float(m / b)
+
+
+@metric("disturbed_units", "remeasured", "unclean_units", doc="interference flags")
+def _flags(x: Scope):
+    f = flags(x.method)
+    return f["disturbed_units"], f["remeasured"], f["unclean_units"]
+
+
+TAUS = ("tau", "tau_round", "accepted_per_round", "tau_request")
+DETAIL = ("alpha_per_pos", "alpha_marginal", "accept_hist", "accept_by_depth", "accept_by_position")
+
+
+@metric(*TAUS, doc="τ and its variants (bench.acceptance)")
+def _taus(x: Scope):
+    return tuple(x.draft[c] for c in TAUS)
+
+
+@metric("acceptance_rate", doc="Σ accepted draft tokens ÷ Σ drafted, repeat 0")
+def _acceptance_rate(x: Scope):
+    drafted = x.rep0.drafted_tokens.sum()
+    return float(x.rep0.accepted_tokens.sum() / drafted) if drafted else None
+
+
+@metric(*DETAIL, doc="acceptance by position and depth (bench.acceptance)")
+def _acceptance_detail(x: Scope):
+    return tuple(x.draft[c] for c in DETAIL)
+
+
+@metric("predicted_speedup", doc="bench.acceptance's cost model on the run's cost curve")
+def _predicted(x: Scope):
+    rounds = (x.rep0.target_forwards - 1).sum()
+    width = (x.rep0.drafted_tokens.sum() / rounds + 1) if rounds else 1.0
+    per_round = float(x.rep0.draft_s.sum() / rounds) if rounds else 0.0
+    return acceptance.predicted_speedup(x.draft["tau_round"], width, per_round, x.costs)
+
+
+@metric("draft_overhead", doc="Σ draft time ÷ Σ wall time, quiet repeats")
+def _draft_overhead(x: Scope):
+    return float(x.quiet.draft_s.sum() / x.quiet.wall_s.sum())
+
+
+@metric("memory_overhead_mb", doc="extra weights and buffers + (method − baseline) peak delta")
+def _memory(x: Scope):
+    def peak(df):
+        return df.peak_mem_delta_mb.median() if df.peak_mem_delta_mb.notna().any() else 0.0
+
+    mem = float(x.method.extra_mb.max()) + max(0.0, float(peak(x.method) - peak(x.base)))
+    return round(mem, 3)
+
+
+@metric("ttft_ms", "tpot_ms", doc="medians over quiet repeats")
+def _latency(x: Scope):
+    q = x.quiet
+    tpot = float(q.tpot_s.dropna().median() * 1e3) if q.tpot_s.notna().any() else None
+    return float(q.ttft_s.median() * 1e3), tpot
+
+
+@metric("exact_match", "near_ties", "mismatches", doc="greedy verdicts (bench.verdict)")
+def _verdicts(x: Scope):
+    if not x.greedy:
+        return None, None, None
+    v = x.rep0.verdict
+    per_prompt = x.rep0.groupby(["task", "prompt_id"]).verdict.apply(
+        lambda s: bool((s == "exact").all())
+    )
+    return float(per_prompt.mean()), int((v == "near-tie").sum()), int((v == "mismatch").sum())
+
+
+@metric("dist_pvalue", doc="check=distribution's p-value (bench.distcheck)")
+def _dist_pvalue(x: Scope):
+    pv = x.method.dist_pvalue.dropna() if "dist_pvalue" in x.method else pd.Series(dtype=float)
+    return float(pv.min()) if len(pv) else None
+
+
+RUN_COLUMNS = ["skipped_prompts", "partial"]  # set per run by summarize and bench.runner
+COLUMNS = KEYS + [c for m in METRICS for c in m.columns] + RUN_COLUMNS
+
+
 def summarize_group(method: pd.DataFrame, base: pd.DataFrame, costs: dict | None = None) -> dict:
-    speed = unit_speed(method, base)
-    lo, hi = bootstrap_median(speed.ratio)
-    tps = speed.new_m.sum() / speed.wall_m.sum()
-    btps = speed.new_b.sum() / speed.wall_b.sum()
-    rep0 = method[method.repeat == 0]
-    drafted = rep0.drafted_tokens.sum()
-    peak_m = method.peak_mem_delta_mb.median() if method.peak_mem_delta_mb.notna().any() else 0.0
-    peak_b = base.peak_mem_delta_mb.median() if base.peak_mem_delta_mb.notna().any() else 0.0
-    mem = float(method.extra_mb.max()) + max(0.0, float(peak_m - peak_b))
-    greedy = float(method.temperature.iloc[0]) == 0
-    exact = None
-    if greedy:
-        per_prompt = rep0.groupby(["task", "prompt_id"]).verdict.apply(
-            lambda v: bool((v == "exact").all())
-        )
-        exact = float(per_prompt.mean())
-    pv = method.dist_pvalue.dropna() if "dist_pvalue" in method else pd.Series(dtype=float)
-    draft = acceptance.drafting(rep0)
-    rounds = (rep0.target_forwards - 1).sum()
-    width = (drafted / rounds + 1) if rounds else 1.0
-    draft_per_round = float(rep0.draft_s.sum() / rounds) if rounds else 0.0
-    quiet = method[_quiet(method)] if _quiet(method).any() else method
-    return {
-        "n_prompts": int(rep0[["task", "prompt_id"]].drop_duplicates().shape[0]),
-        "new_tokens": int(rep0.new_tokens.sum()),
-        "tokens_per_s": float(tps),
-        "baseline_tokens_per_s": float(btps),
-        "speedup": float(speed.ratio.median()),
-        "speedup_ci_low": lo,
-        "speedup_ci_high": hi,
-        "speedup_totals": float(tps / btps),
-        **flags(method),
-        **draft,
-        "acceptance_rate": float(rep0.accepted_tokens.sum() / drafted) if drafted else None,
-        "predicted_speedup": acceptance.predicted_speedup(
-            draft["tau_round"], width, draft_per_round, costs or {}
-        ),
-        "draft_overhead": float(quiet.draft_s.sum() / quiet.wall_s.sum()),
-        "memory_overhead_mb": round(mem, 3),
-        "ttft_ms": float(quiet.ttft_s.median() * 1e3),
-        "tpot_ms": float(quiet.tpot_s.dropna().median() * 1e3)
-        if quiet.tpot_s.notna().any()
-        else None,
-        "exact_match": exact,
-        "near_ties": int((rep0.verdict == "near-tie").sum()) if greedy else None,
-        "mismatches": int((rep0.verdict == "mismatch").sum()) if greedy else None,
-        "dist_pvalue": float(pv.min()) if len(pv) else None,
-    }
+    """Every registered metric over one row's records."""
+    x, row = Scope(method, base, costs), {}
+    for m in METRICS:
+        value = m.fn(x)
+        row.update(zip(m.columns, value if len(m.columns) > 1 else (value,)))
+    return row
 
 
 def summarize(records: pd.DataFrame, costs: dict | None = None, skipped: int = 0) -> pd.DataFrame:

@@ -226,3 +226,17 @@ def test_quiet_pairs_replace_disturbed_ones():
     r = summarize(df).iloc[0]
     assert r.speedup == pytest.approx((2.0 + 3.9) / 2)  # p1 keeps only its quiet pair (2.0)
     assert r.disturbed_units == 1 and r.remeasured == 1 and r.unclean_units == 0
+
+
+def test_every_summary_column_is_registered_once_and_documented():
+    """A metric has one home: its @metric in bench/metrics.py, and its line in docs/metrics.md."""
+    from bench.metrics import COLUMNS, KEYS, METRICS, RUN_COLUMNS
+    from groundfloor.paths import ROOT
+
+    registered = [c for m in METRICS for c in m.columns]
+    assert len(registered) == len(set(registered)), "a column registered twice"
+    assert COLUMNS == KEYS + registered + RUN_COLUMNS
+    docs = (ROOT / "docs" / "metrics.md").read_text()
+    missing = [c for c in registered + RUN_COLUMNS if f"`{c}`" not in docs]
+    assert not missing, f"summary columns not in docs/metrics.md: {missing}"
+    assert all(m.doc for m in METRICS)
