@@ -14,7 +14,7 @@ import random
 import pytest
 import torch
 from conftest import compose, save_with_tokenizer
-from test_lossless_greedy import make_ctx, method, prompts
+from helpers import make_ctx, method, prompts
 
 from bench.distcheck import END, bonferroni, two_sample_pvalue
 from bench.loop import generate
@@ -241,7 +241,7 @@ def test_check_distribution_catches_a_missing_residual(
     if name == "draft":
         extra = [f"model.draft={cut_draft_dir}"]
     else:
-        from test_medusa import random_heads
+        from helpers import random_heads
 
         from drafters import medusa as heads_io
         from groundfloor.models import load_model

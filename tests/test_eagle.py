@@ -9,9 +9,8 @@ import pytest
 import torch
 from conftest import compose, tiny_llama
 from forced import run_forced
-from omegaconf import OmegaConf
+from helpers import eagle_method, make_ctx, prompts, random_head, run, save_head
 from test_distcheck import tiny_run
-from test_lossless_greedy import make_ctx, prompts, run
 from test_train import TINY_DISTILL
 
 from bench.runner import execute
@@ -28,25 +27,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module", params=["hf", "lean"])
 def target(request):
     return wrap(tiny_llama(0, layers=4), request.param)
-
-
-def random_head(target, kind, seed=0, vocab=None):
-    torch.manual_seed(seed)
-    cfg = eagle_io.head_config(target.config, kind)
-    d2t = None
-    if kind == "eagle3":
-        d2t = torch.randperm(target.config.vocab_size)[: vocab or 64].sort().values
-    layers = eagle_io.default_layers(kind, target.config.num_hidden_layers)
-    head = eagle_io.EagleHead(cfg, kind, layers, d2t)
-    with torch.no_grad():
-        for p in head.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
-    return head.attach(target).eval()
-
-
-def save_head(target, kind, path, seed=0):
-    eagle_io.save(random_head(target, kind, seed), path, "tiny", dtype=torch.float32)
-    return path
 
 
 def write_published_config(path, hidden, inter, **fields):
@@ -68,20 +48,6 @@ def write_published_config(path, hidden, inter, **fields):
             }
         )
     )
-
-
-def eagle_method(target, kind, path, **kw):
-    node = {
-        "_target_": f"methods.{kind}.{'Eagle' if kind == 'eagle' else 'Eagle3'}",
-        "name": kind,
-        "k": 4,
-        "heads": str(path),
-        "top_k": 3,
-        "total_tokens": 10,
-        "budget_ratio": 1.5,
-        **kw,
-    }
-    return build_method(OmegaConf.create(node), make_ctx(target))
 
 
 @pytest.mark.parametrize("kind", ["eagle", "eagle3"])

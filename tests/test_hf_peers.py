@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import tiny_llama
+from helpers import make_ctx, method, prompts, run
 from omegaconf import OmegaConf
-from test_lossless_greedy import make_ctx, method, prompts, run
 
 from engines.load import wrap
 from methods.registry import build_method

@@ -13,8 +13,8 @@ import inspect
 
 import pytest
 from conftest import compose, tiny_llama
+from helpers import make_ctx
 from omegaconf import OmegaConf
-from test_lossless_greedy import make_ctx
 
 from bench import config
 from bench.config import CONF, check_overrides, method_defaults, validate
@@ -237,8 +237,7 @@ def test_every_method_knob_has_a_case_or_a_reason():
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, tiny_draft_dir):
     """Targets on both engine kinds the methods need, and real (random) heads for each."""
-    from test_eagle import save_head
-    from test_medusa import random_heads
+    from helpers import random_heads, save_head
 
     from drafters import medusa as heads_io
 

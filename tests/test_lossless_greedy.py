@@ -3,53 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from conftest import tiny_llama
-from omegaconf import OmegaConf
-
-from bench.loop import generate
-from engines.load import wrap
-from groundfloor.clock import Clock
-from groundfloor.sampling import SamplingParams
-from methods.registry import Context, build_method, method_config
-
-GREEDY = SamplingParams()
-
-
-def make_ctx(target, k=None):
-    """target: an engine, or a transformers model (run on engine=hf)."""
-    if isinstance(target, torch.nn.Module):
-        target = wrap(target, "hf")
-    return Context(
-        target=target,
-        tokenizer=None,
-        device=torch.device("cpu"),
-        dtype=target.dtype,
-        model_cfg=OmegaConf.create({"draft": None}),
-        k_override=k,
-    )
-
-
-TEST_K = {"ngram": 4, "oracle": 4}  # the tests' draft lengths where they differ from the YAML
-
-
-def method(name, ctx, **kw):
-    """conf/method/<name>.yaml with the tests' knobs: the one method loader of the tests."""
-    knobs = {"k": TEST_K[name]} if name in TEST_K else {}
-    return build_method(method_config(name, {**knobs, **kw}), ctx)
-
-
-def run(m, prompt, n=40, eos=frozenset()):
-    return generate(m, prompt, n, GREEDY, set(eos), Clock(torch.device("cpu")))
-
-
-def prompts(count, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(count):
-        n = int(torch.randint(3, 30, (1,), generator=g))
-        out.append(torch.randint(4, 128, (n,), generator=g).tolist())
-    return out
+from helpers import make_ctx, method, prompts, run
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 8])

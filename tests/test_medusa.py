@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 from forced import run_forced
+from helpers import make_ctx, prompts, random_heads, run
 from omegaconf import OmegaConf
-from test_lossless_greedy import make_ctx, prompts, run
 
 from drafters import medusa as heads_io
 from groundfloor.tree import TreeLayout
@@ -45,14 +45,6 @@ def test_sized_tree_is_prefix_closed_and_best_first():
     deep = static_trees.sized_tree(acc, 12, 2)
     assert all(p[:-1] in deep or len(p) == 1 for p in deep) and max(map(len, deep)) == 2
     TreeLayout.from_paths(paths)
-
-
-def random_heads(hidden, n, seed):
-    torch.manual_seed(seed)
-    h = heads_io.MedusaHeads(hidden, n, 1)
-    for blk in h.blocks:
-        torch.nn.init.normal_(blk[0].linear.weight, std=0.3)
-    return h
 
 
 def test_published_layout_round_trip(tmp_path, target):

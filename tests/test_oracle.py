@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_lossless_greedy import make_ctx, method, prompts
+from helpers import make_ctx, method, prompts
 
 from bench.loop import generate
 from groundfloor.clock import Clock

@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import save_tiny, tiny_llama
 from forced import planted
-from test_lossless_greedy import make_ctx, method, prompts
+from helpers import make_ctx, method, prompts
 
 from bench.loop import generate
 from groundfloor.clock import Clock
@@ -140,8 +140,8 @@ def test_top_p_ties_at_the_boundary_keep_the_same_mass(top_p):
 
 
 def tree_method(name, target, tmp_path):
+    from helpers import random_heads
     from omegaconf import OmegaConf
-    from test_medusa import random_heads
 
     from methods.registry import build_method
 
@@ -164,7 +164,7 @@ def tree_method(name, target, tmp_path):
             "tree_size": 8,
         }
     elif name in ("eagle", "eagle3"):
-        from test_eagle import eagle_method, save_head
+        from helpers import eagle_method, save_head
 
         return eagle_method(target, name, save_head(target, name, tmp_path / name, seed=3))
     else:

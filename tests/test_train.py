@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
+from helpers import make_ctx, prompts, run
 from omegaconf import OmegaConf
-from test_lossless_greedy import make_ctx, prompts, run
 
 from bench.train import distill, loop, specs
 from drafters import medusa as heads_io

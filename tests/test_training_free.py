@@ -9,9 +9,8 @@ import json
 import pytest
 import torch
 from conftest import compose, tiny_llama, tiny_tokenizer
+from helpers import make_ctx, prompts, run, save_head
 from test_distcheck import tiny_run
-from test_eagle import save_head
-from test_lossless_greedy import make_ctx, prompts, run
 
 from bench.runner import execute
 from drafters.suffix_automaton import SuffixAutomaton

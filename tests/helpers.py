@@ -1,0 +1,99 @@
+"""The tests' shared helpers: one method loader, one Context, prompts, and random drafters.
+
+    ctx = make_ctx(target, k)           # target: an engine or a transformers model
+    m = method("eagle3", ctx, heads=d)  # conf/method/eagle3.yaml with the tests' knobs
+    res = run(m, prompt_ids)            # greedy, 40 new tokens
+The `target` fixture (conftest.py) is parametrised over the engines.
+"""
+
+from __future__ import annotations
+
+import torch
+from omegaconf import OmegaConf
+
+from bench.loop import generate
+from drafters import eagle as eagle_io
+from drafters import medusa as heads_io
+from engines.load import wrap
+from groundfloor.clock import Clock
+from groundfloor.sampling import SamplingParams
+from methods.registry import Context, build_method, method_config
+
+GREEDY = SamplingParams()
+
+
+def make_ctx(target, k=None):
+    """target: an engine, or a transformers model (run on engine=hf)."""
+    if isinstance(target, torch.nn.Module):
+        target = wrap(target, "hf")
+    return Context(
+        target=target,
+        tokenizer=None,
+        device=torch.device("cpu"),
+        dtype=target.dtype,
+        model_cfg=OmegaConf.create({"draft": None}),
+        k_override=k,
+    )
+
+
+TEST_K = {"ngram": 4, "oracle": 4}  # the tests' draft lengths where they differ from the YAML
+
+
+def method(name, ctx, **kw):
+    """conf/method/<name>.yaml with the tests' knobs: the one method loader of the tests."""
+    knobs = {"k": TEST_K[name]} if name in TEST_K else {}
+    return build_method(method_config(name, {**knobs, **kw}), ctx)
+
+
+def run(m, prompt, n=40, eos=frozenset()):
+    return generate(m, prompt, n, GREEDY, set(eos), Clock(torch.device("cpu")))
+
+
+def prompts(count, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(count):
+        n = int(torch.randint(3, 30, (1,), generator=g))
+        out.append(torch.randint(4, 128, (n,), generator=g).tolist())
+    return out
+
+
+def random_head(target, kind, seed=0, vocab=None):
+    torch.manual_seed(seed)
+    cfg = eagle_io.head_config(target.config, kind)
+    d2t = None
+    if kind == "eagle3":
+        d2t = torch.randperm(target.config.vocab_size)[: vocab or 64].sort().values
+    layers = eagle_io.default_layers(kind, target.config.num_hidden_layers)
+    head = eagle_io.EagleHead(cfg, kind, layers, d2t)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    return head.attach(target).eval()
+
+
+def save_head(target, kind, path, seed=0):
+    eagle_io.save(random_head(target, kind, seed), path, "tiny", dtype=torch.float32)
+    return path
+
+
+def eagle_method(target, kind, path, **kw):
+    node = {
+        "_target_": f"methods.{kind}.{'Eagle' if kind == 'eagle' else 'Eagle3'}",
+        "name": kind,
+        "k": 4,
+        "heads": str(path),
+        "top_k": 3,
+        "total_tokens": 10,
+        "budget_ratio": 1.5,
+        **kw,
+    }
+    return build_method(OmegaConf.create(node), make_ctx(target))
+
+
+def random_heads(hidden, n, seed):
+    torch.manual_seed(seed)
+    h = heads_io.MedusaHeads(hidden, n, 1)
+    for blk in h.blocks:
+        torch.nn.init.normal_(blk[0].linear.weight, std=0.3)
+    return h
