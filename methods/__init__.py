@@ -8,11 +8,14 @@ To add a method `foo`:
    Keep per-turn state in `state.aux`; state that outlives a turn (a cross-request cache) on
    the method object, updated in `finish`; never time anything; never decide when to stop.
 2. `conf/method/foo.yaml`: `_target_: methods.foo.Foo`, `name: foo`, `k: <default>`, knobs.
+   Read the knobs as typed fields: a frozen dataclass `FooKnobs` (types, no defaults) and
+   `kn = methods.knobs.read(cfg, FooKnobs)` in `__init__`; a wrong type is refused in one line.
 A method stands on the floors below it only: `groundfloor` (sampling rules, tree vocabulary,
 state, errors), `engines` (the target's forward and cache) and `drafters` (drafter networks);
 never on `bench` (import-linter fails `make test` on such an import). It is built by
 `methods.registry.build_method(name_or_cfg, ctx)` from its YAML, for the run, SAM's fallback and
-the tests alike; its knobs' defaults are written once, in that YAML.
+the tests alike (a partial node is completed from that YAML); its knobs' defaults are written
+once, there.
 Then `python -m bench method=foo` runs it against the interleaved `ar` baseline, and the greedy
 losslessness test in `tests/` should include it.
 A peer implemented elsewhere that decodes a whole turn itself (transformers' `generate()`:
