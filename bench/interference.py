@@ -1,8 +1,10 @@
 """Noticing other work on the machine, and choosing which repeats of a unit to believe.
 
-Each turn is bracketed by a LoadProbe: the 1-minute load average, the CPU time the rest of the
-machine used during the turn (all CPUs' busy time from /proc/stat minus this process's own
-from /proc/self/stat, as a fraction of the machine) and the hypervisor's steal time. A unit
+Each turn is bracketed by a LoadProbe: the 1-minute load average, the CPU time other work took
+from this job during the turn (busy time of the CPUs in the job's affinity set from /proc/stat
+minus this process's own from /proc/self/stat, as a share of those CPUs; under a cgroup CPU
+quota also the rest of the job's cgroup, as a share of the quota) and the hypervisor's steal
+time. A unit
 (prompt × turn) is *disturbed* when
     * its repeats disagree: per-token time max/min > `ratio` on either side (baseline, method);
     * any repeat ran while others used more than `others` of the machine, or while the
@@ -20,23 +22,84 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-NCPU = os.cpu_count() or 1
+CGROUP = Path("/sys/fs/cgroup")
 
 
-def _proc_stat() -> tuple[int, int] | None:
-    """(busy jiffies of all CPUs, steal jiffies) from /proc/stat."""
+def _cgroup_dir(root: Path, controller: str) -> Path:
+    """This process's cgroup folder for `controller` (v2: the unified one, "")."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, names, rel = line.split(":", 2)
+            if (controller == "" and names == "") or controller in names.split(","):
+                base = root / controller if controller else root
+                inner = base / rel.lstrip("/")
+                return inner if inner.is_dir() else base
+    except (OSError, ValueError):
+        pass
+    return root / controller if controller else root
+
+
+def cgroup_quota(root: Path = CGROUP) -> float | None:
+    """CPUs the job's cgroup may use per period (cgroup v2 cpu.max, v1 cfs quota); None: no cap."""
+    try:
+        v2 = _cgroup_dir(root, "") / "cpu.max"
+        if v2.is_file():
+            quota, period = v2.read_text().split()[:2]
+            return None if quota == "max" else int(quota) / int(period)
+        v1 = _cgroup_dir(root, "cpu")
+        quota = int((v1 / "cpu.cfs_quota_us").read_text())
+        return None if quota <= 0 else quota / int((v1 / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def job_cpus(root: Path = CGROUP) -> tuple[list[int], float]:
+    """(the CPUs this process may run on, its capacity in CPUs): the affinity set, capped by the
+    cgroup's quota. Interference is a share of this, not of the host."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = list(range(os.cpu_count() or 1))
+    quota = cgroup_quota(root)
+    return cpus, min(float(len(cpus)), quota) if quota else float(len(cpus))
+
+
+def _cgroup_usage_jiffies(root: Path = CGROUP) -> int | None:
+    """CPU time of every process in this job's cgroup (v2 cpu.stat, v1 cpuacct.usage)."""
+    try:
+        v2 = _cgroup_dir(root, "") / "cpu.stat"
+        if v2.is_file():
+            for line in v2.read_text().splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) * HZ // 1_000_000
+        usage = _cgroup_dir(root, "cpuacct") / "cpuacct.usage"
+        return int(usage.read_text()) * HZ // 1_000_000_000
+    except (OSError, ValueError):
+        return None
+
+
+def _proc_stat(cpus: list[int] | None = None) -> tuple[int, int] | None:
+    """(busy jiffies, steal jiffies) of the CPUs `cpus` (None: all) from /proc/stat."""
     try:
         with open("/proc/stat") as f:
-            parts = f.readline().split()[1:]
+            lines = [ln.split() for ln in f if ln.startswith("cpu")]
     except OSError:
         return None
-    v = [int(x) for x in parts]
-    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
-    steal = v[7] if len(v) > 7 else 0
-    guest = sum(v[8:10]) if len(v) > 9 else 0  # counted inside user/nice already
-    return sum(v) - idle - guest, steal
+    want = {f"cpu{c}" for c in cpus} if cpus is not None else None
+    rows = [ln[1:] for ln in lines if (ln[0] in want if want else ln[0] == "cpu")]
+    if not rows:  # no per-CPU lines: the machine's total
+        rows = [ln[1:] for ln in lines if ln[0] == "cpu"]
+    busy = steal = 0
+    for parts in rows:
+        v = [int(x) for x in parts]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+        guest = sum(v[8:10]) if len(v) > 9 else 0  # counted inside user/nice already
+        busy += sum(v) - idle - guest
+        steal += v[7] if len(v) > 7 else 0
+    return busy, steal
 
 
 def _self_jiffies() -> int | None:
@@ -57,22 +120,66 @@ def _loadavg() -> float | None:
 
 
 class LoadProbe:
-    """Brackets one turn: `start()`, then `stop()` → {load1, others_cpu, steal}."""
+    """Brackets one turn: `start()`, then `stop()` → {load1, others_cpu, steal}, shares of the
+    job's own capacity (job_cpus): others' busy time on the CPUs this process may use, and,
+    under a cgroup quota, others' time inside the job's cgroup, whichever is larger."""
+
+    def __init__(self, cgroup_root: Path = CGROUP, device=None):
+        self.root = cgroup_root
+        self.gpu = gpu_handle(device)
+        self.cpus, self.capacity = job_cpus(cgroup_root)
+        self.capped = self.capacity < len(self.cpus)
 
     def start(self) -> None:
-        self.t0, self.stat0, self.self0 = time.monotonic(), _proc_stat(), _self_jiffies()
+        self.t0, self.stat0, self.self0 = time.monotonic(), _proc_stat(self.cpus), _self_jiffies()
+        self.group0 = _cgroup_usage_jiffies(self.root) if self.capped else None
 
     def stop(self) -> dict:
         dt = time.monotonic() - self.t0
-        stat1, self1 = _proc_stat(), _self_jiffies()
+        stat1, self1 = _proc_stat(self.cpus), _self_jiffies()
         out = {"load1": _loadavg(), "others_cpu": None, "steal": None}
         if None in (self.stat0, stat1, self.self0, self1) or dt <= 0:
             return out
-        capacity = dt * HZ * NCPU  # jiffies the machine had
-        others = (stat1[0] - self.stat0[0]) - (self1 - self.self0)
-        out["others_cpu"] = round(max(0.0, others / capacity), 4)
-        out["steal"] = round(max(0.0, (stat1[1] - self.stat0[1]) / capacity), 4)
+        mine = self1 - self.self0
+        on_cpus = dt * HZ * len(self.cpus)  # jiffies the job's CPUs had
+        others = max(0.0, ((stat1[0] - self.stat0[0]) - mine) / on_cpus)
+        if self.group0 is not None:  # a quota: others in the job's cgroup eat its share
+            group1 = _cgroup_usage_jiffies(self.root)
+            if group1 is not None:
+                inside = (group1 - self.group0 - mine) / (dt * HZ * self.capacity)
+                others = max(others, inside)
+        out["others_cpu"] = round(others, 4)
+        if self.gpu is not None:
+            out["gpu_others"] = gpu_others(self.gpu)
+        out["steal"] = round(max(0.0, (stat1[1] - self.stat0[1]) / on_cpus), 4)
         return out
+
+
+def gpu_handle(device):
+    """An NVML handle for a CUDA `device` (None on CPU, or without the nvidia-ml-py package)."""
+    if device is None or getattr(device, "type", str(device)) != "cuda":
+        return None
+    try:
+        import pynvml
+        import torch
+
+        pynvml.nvmlInit()
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:  # no NVML (a driver without it, or the package not installed)
+        return None
+
+
+def gpu_others(handle) -> int | None:
+    """Processes other than this one running on the GPU (compute and graphics), from NVML."""
+    try:
+        import pynvml
+
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        procs += pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle)
+    except Exception:
+        return None
+    return len({p.pid for p in procs} - {os.getpid()})
 
 
 @dataclass
@@ -94,6 +201,10 @@ def decode_per_token(res) -> float | None:
 
 
 def interfered(load: dict, rules: Rules) -> bool:
+    """Other work took more than `others` of the job's CPUs, the hypervisor stole it, or another
+    process ran on the job's GPU."""
+    if load.get("gpu_others"):
+        return True
     return any(load.get(k) is not None and load[k] > rules.others for k in ("others_cpu", "steal"))
 
 

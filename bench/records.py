@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from bench.interference import job_cpus
 from engines.cpu import FLAGS_THAT_MATTER, cpu_flags
 from groundfloor.paths import ROOT
 
@@ -157,6 +158,7 @@ def env_info(device, target_spec: str, choice: dict, target, method, cost_curve:
         "device": device.type,
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
+        "job_cpus": job_cpus()[1],  # the affinity set, capped by a cgroup quota
         "cpu_flags": sorted(cpu_flags_of_interest()),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,

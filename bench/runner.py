@@ -69,7 +69,7 @@ class Runner:
         )
         self.clock = Clock(self.device)
         self.mem = PeakMemory(self.device)
-        self.load = LoadProbe()
+        self.load = LoadProbe(device=self.device)
         self.rules = Rules(float(cfg.disturb_ratio), float(cfg.disturb_others))
         self.band = Band()
         self.done: set[tuple[str, str]] = set()  # (task, prompt id) already in records.jsonl

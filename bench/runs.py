@@ -147,6 +147,16 @@ def _tau_interval(rec: pd.DataFrame) -> tuple[float, float]:
     return bootstrap_ratio(rep0.new_tokens.to_numpy(), rep0.target_forwards.to_numpy(), ones, ones)
 
 
+def scope_records(records: pd.DataFrame, task: str, category) -> pd.DataFrame:
+    """The records a summary row covers: its task (all: every task) and, on a per-category
+    row, that category only, so its interval is bootstrapped within the category."""
+    if task != "all":
+        records = records[records.task == task]
+    if isinstance(category, str) and category != "all" and "category" in records:
+        records = records[records.category == category]
+    return records
+
+
 def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cells, records) of one run directory."""
     summary = pd.read_csv(run / "summary.csv")
@@ -177,10 +187,8 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
         cells[key] = val
     cells["device"] = env.get("device") or cells.get("device", "unknown")
     intervals = [
-        _tau_interval(records if t == "all" else records[records.task == t])
-        if records is not None
-        else (math.nan, math.nan)
-        for t in cells.task
+        _tau_interval(scope_records(records, t, c)) if records is not None else (math.nan, math.nan)
+        for t, c in zip(cells.task, cells.get("category", pd.Series("all", index=cells.index)))
     ]
     cells["tau_ci_low"] = [lo for lo, _ in intervals]
     cells["tau_ci_high"] = [hi for _, hi in intervals]

@@ -151,3 +151,69 @@ def test_judge_flags_disagreeing_repeats_and_interference():
     }
     disturbed, quiet = interference.judge(busy, rules, band)
     assert disturbed and quiet["method"] == [True, False]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin one")
+def test_a_hog_on_the_jobs_own_cpu_reads_as_its_whole_capacity():
+    """A job limited to one CPU of a larger machine: a hog on that CPU takes the job's whole
+    capacity, not 1/n of the host."""
+    mine = os.sched_getaffinity(0)
+    cpu = min(mine)
+    hog = subprocess.Popen(
+        [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"]
+    )
+    try:
+        os.sched_setaffinity(0, {cpu})
+        time.sleep(0.3)
+        probe = interference.LoadProbe()
+        assert probe.cpus == [cpu] and probe.capacity == 1
+        probe.start()
+        time.sleep(1.0)
+        seen = probe.stop()["others_cpu"]
+    finally:
+        os.sched_setaffinity(0, mine)
+        hog.kill()
+        hog.wait()
+    assert seen > 0.75, seen  # host-wide, it read about 1 / cpu_count
+
+
+def fake_cgroup(root, quota: str, usage_usec: int):
+    root.mkdir(exist_ok=True)
+    (root / "cpu.max").write_text(quota)
+    (root / "cpu.stat").write_text(f"usage_usec {usage_usec}\nuser_usec 0\n")
+    return root
+
+
+def test_the_capacity_is_the_cgroup_quota_when_it_is_smaller(tmp_path):
+    n = len(os.sched_getaffinity(0))
+    assert interference.cgroup_quota(fake_cgroup(tmp_path, "max 100000", 0)) is None
+    assert interference.job_cpus(tmp_path)[1] == n
+    assert interference.cgroup_quota(fake_cgroup(tmp_path, "50000 100000", 0)) == 0.5
+    assert interference.job_cpus(tmp_path)[1] == 0.5
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("150000")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000")
+    assert interference.cgroup_quota(v1) == 1.5
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1")
+    assert interference.cgroup_quota(v1) is None
+
+
+def test_others_inside_a_quota_limited_cgroup_count_against_the_quota(tmp_path):
+    """Under a quota of half a CPU, a second process of the job's cgroup using half a CPU for
+    the whole turn takes all of it."""
+    root = fake_cgroup(tmp_path, "50000 100000", 0)
+    probe = interference.LoadProbe(root)
+    probe.start()
+    time.sleep(0.5)
+    dt = time.monotonic() - probe.t0
+    fake_cgroup(root, "50000 100000", int(dt * 0.5 * 1e6))  # others: 0.5 CPU for dt
+    assert probe.stop()["others_cpu"] >= 0.9
+
+
+def test_another_process_on_the_gpu_is_interference():
+    rules = interference.Rules()
+    quiet = {"others_cpu": 0.0, "steal": 0.0}
+    assert not interference.interfered(quiet, rules)
+    assert interference.interfered({**quiet, "gpu_others": 1}, rules)
+    assert interference.gpu_handle(None) is None and interference.LoadProbe().gpu is None

@@ -219,3 +219,18 @@ def test_bad_answer_file_names_file_and_line(tmp_path):
     bad.write_text('{"question_id": 1, "choices": [{"new_tokens": [3]}]}\n')
     with pytest.raises(UserError, match=r"bad.jsonl:1: not a Spec-Bench answer line"):
         import_cells(bad, [])
+
+
+def test_a_category_rows_tau_interval_is_bootstrapped_within_the_category():
+    from bench import runs
+
+    rows = [
+        {"task": "qa", "category": c, "role": "method", "repeat": 0, "new_tokens": n,
+         "target_forwards": 10}
+        for c, n in [("a", 10)] * 4 + [("b", 30)] * 4
+    ]  # fmt: skip
+    recs = pd.DataFrame(rows)
+    assert runs._tau_interval(runs.scope_records(recs, "qa", "a")) == (1.0, 1.0)
+    assert runs._tau_interval(runs.scope_records(recs, "qa", "b")) == (3.0, 3.0)
+    lo, hi = runs._tau_interval(runs.scope_records(recs, "qa", "all"))
+    assert lo < 2 < hi  # the task's row spans both
