@@ -218,15 +218,52 @@ def _latency(x: Scope):
     return float(q.ttft_s.median() * 1e3), tpot
 
 
-@metric("exact_match", "near_ties", "mismatches", doc="greedy verdicts (bench.verdict)")
-def _verdicts(x: Scope):
-    if not x.greedy:
-        return None, None, None
-    v = x.rep0.verdict
-    per_prompt = x.rep0.groupby(["task", "prompt_id"]).verdict.apply(
-        lambda s: bool((s == "exact").all())
+WORST = {"exact": 0, "after-divergence": 1, "near-tie": 2, "mismatch": 3}
+
+
+def unit_verdicts(method: pd.DataFrame) -> pd.Series:
+    """Per unit (prompt × turn): its worst greedy verdict over every judged repeat."""
+    judged = method[method.verdict.notna()] if "verdict" in method else method.iloc[:0]
+    if judged.empty:
+        return pd.Series(dtype=object)
+    rank = judged.verdict.map(WORST).fillna(3)
+    worst = rank.groupby([judged[c] for c in UNIT]).max()
+    names = {v: k for k, v in WORST.items()}
+    return worst.map(names)
+
+
+def verdict_summary(method: pd.DataFrame) -> tuple[float | None, int, int]:
+    """(share of prompts exact on every turn of every repeat, units with a near-tie, units with
+    a mismatch): the greedy verdicts of all repeats, not only the first."""
+    units = unit_verdicts(method)
+    if units.empty:
+        return None, 0, 0
+    by_prompt = (units == "exact").groupby(level=["task", "prompt_id"]).all()
+    return (
+        float(by_prompt.mean()),
+        int((units == "near-tie").sum()),
+        int((units == "mismatch").sum()),
     )
-    return float(per_prompt.mean()), int((v == "near-tie").sum()), int((v == "mismatch").sum())
+
+
+@metric("exact_match", "near_ties", "mismatches", doc="greedy verdicts of every repeat")
+def _verdicts(x: Scope):
+    return verdict_summary(x.method) if x.greedy else (None, None, None)
+
+
+@metric(
+    "speedup_exact",
+    "exact_units",
+    doc="speedup over the units whose every repeat matched the baseline exactly (greedy)",
+)
+def _speedup_exact(x: Scope):
+    if not x.greedy:
+        return None, None
+    units = unit_verdicts(x.method)
+    exact = units[units == "exact"].index
+    key = x.speed.set_index(UNIT).index
+    ratios = x.speed.ratio[key.isin(exact)]
+    return (float(ratios.median()) if len(ratios) else None), int(len(ratios))
 
 
 @metric("dist_pvalue", doc="check=distribution's p-value (bench.distcheck)")

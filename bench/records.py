@@ -100,7 +100,7 @@ def run_info(cfg, method_name: str, k, device, choice: dict) -> dict:
 
 def unit_records(info: dict, prompt, names: dict, runs: dict, verdicts: list[dict], repeats: int):
     """The records of one measured prompt: runs as bench.interference.measure returns them,
-    names {role: method name}, verdicts per turn (bench.verdict.turn_verdicts)."""
+    names {role: method name}, verdicts[repeat][turn] (bench.verdict.turn_verdicts)."""
     for role in ("baseline", "method"):
         for r, conv in enumerate(runs[role]):
             for t, (ids, res, peak, load) in enumerate(conv):
@@ -113,7 +113,7 @@ def unit_records(info: dict, prompt, names: dict, runs: dict, verdicts: list[dic
                     "extra_round": r >= repeats,
                     **load,
                 }
-                v = verdicts[t] if role == "method" else {}
+                v = verdicts[r][t] if role == "method" else {}
                 yield record(info, prompt, names[role], role, r, t, ids, res, peak, v, unit)
 
 

@@ -76,17 +76,20 @@ AFTER_DIVERGENCE = {
 
 
 def turn_verdicts(target, runs: dict, greedy: bool, tie_tolerance: float, device, pvalue=None):
-    """Per turn of one prompt: greedy compares the method's repeat-0 answer with the baseline's
-    (a turn after a divergence has another prompt and is marked so); sampled turns carry the
-    run's distribution-check p-value instead."""
+    """Per repeat, per turn of one prompt → verdicts[repeat][turn]. Greedy compares each of the
+    method's repeats with the baseline's repeat of the same index (a turn after a divergence has
+    another prompt and is marked so); sampled turns carry the run's distribution-check p-value."""
     out = []
-    for (b_ids, b_res, *_), (m_ids, m_res, *_) in zip(runs["baseline"][0], runs["method"][0]):
-        if not greedy:
-            out.append({"verdict": None, "dist_pvalue": pvalue})
-        elif m_ids != b_ids:
-            out.append(dict(AFTER_DIVERGENCE))
-        else:
-            out.append(
-                compare(target, b_ids, b_res.output_ids, m_res.output_ids, tie_tolerance, device)
-            )
+    for r, m_conv in enumerate(runs["method"]):
+        b_conv = runs["baseline"][min(r, len(runs["baseline"]) - 1)]
+        per_turn = []
+        for (b_ids, b_res, *_), (m_ids, m_res, *_) in zip(b_conv, m_conv):
+            if not greedy:
+                per_turn.append({"verdict": None, "dist_pvalue": pvalue})
+            elif m_ids != b_ids:
+                per_turn.append(dict(AFTER_DIVERGENCE))
+            else:
+                b, m = b_res.output_ids, m_res.output_ids
+                per_turn.append(compare(target, b_ids, b, m, tie_tolerance, device))
+        out.append(per_turn)
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 import torch
 from conftest import compose
@@ -55,3 +56,54 @@ def test_turns_after_a_divergence_are_labelled(tiny_target_dir, tmp_path, monkey
     verdicts = [r["verdict"] for r in recs if r["role"] == "method"]
     assert verdicts == ["mismatch", "after-divergence"]
     assert summary.mismatches.iloc[0] == 1 and summary.exact_match.iloc[0] == 0
+
+
+def test_a_divergence_on_a_later_repeat_is_caught(tiny_target_dir, tmp_path, monkeypatch):
+    """A method that goes wrong only on its second repeat: the verdict covers every repeat, and
+    speedup_exact leaves the diverged units out."""
+    real_start, real_accept = NGram.start, NGram.accept
+    seen = {"turns": 0}
+
+    def start(self, state):
+        seen["turns"] += 1
+        return real_start(self, state)
+
+    def accept(self, state, proposal, logits):
+        acc = real_accept(self, state, proposal, logits)
+        if seen["turns"] == 3 and state.length == state.n_prompt + 1:  # repeat 1, turn 1
+            acc = Accepted(
+                tokens=[(acc.tokens[0] + 1) % 128] + acc.tokens[1:],
+                n_draft_accepted=acc.n_draft_accepted,
+                drafted=acc.drafted,
+                depth=acc.depth,
+            )
+        return acc
+
+    monkeypatch.setattr(NGram, "start", start)
+    monkeypatch.setattr(NGram, "accept", accept)
+    args = [
+        "method=ngram",
+        "model=hf",
+        f"model.target={tiny_target_dir}",
+        "model.dtype=float32",
+        "device=cpu",
+        "task=dialog",
+        "limit=1",
+        "max_new_tokens=6",
+        "repeats=2",
+        "warmup=0",
+        "remeasure=0",
+        f"out={tmp_path}",
+    ]
+    summary, path, _ = execute(compose(args), tmp_path)
+    recs = [json.loads(x) for x in open(path)]
+    got = {(r["repeat"], r["turn"]): r["verdict"] for r in recs if r["role"] == "method"}
+    assert got == {
+        (0, 0): "exact",
+        (0, 1): "exact",
+        (1, 0): "mismatch",
+        (1, 1): "after-divergence",
+    }
+    row = summary.iloc[0]
+    assert row.exact_match == 0 and row.mismatches == 1
+    assert row.exact_units == 0 and pd.isna(row.speedup_exact)

@@ -81,9 +81,10 @@ def lossless_section(w: Writer, cells: pd.DataFrame, recs: pd.DataFrame) -> None
         "",
         "## Losslessness",
         "",
-        "At T = 0 every turn's output ids are compared with the baseline's: `exact_match` is "
-        "the fraction of prompts whose turns all match; a divergence is a near-tie when the "
-        "target's own logits for the two tokens are within the tie tolerance, else a mismatch "
+        "At T = 0 every turn's output ids are compared with the baseline's, on every repeat: "
+        "`exact_match` is the fraction of prompts whose turns all match; a divergence is a "
+        "near-tie when the target's own logits for the two tokens are within the tie "
+        "tolerance, else a mismatch "
         "(a bug). At T > 0, `dist_pvalue` is the distribution check's p-value when the run "
         "used `check=distribution`. See docs/metrics.md.",
         "",

@@ -251,7 +251,7 @@ class Cell:
                     t0 = min((t.reply.sent for t in res.turns if t.reply.sent), default=0.0)
                     if role == "baseline" and r == 0:
                         first_base = res
-                    v = self.verdicts(first_base, res) if role == "method" and r == 0 else {}
+                    v = self.verdicts(first_base, res) if role == "method" else {}  # every repeat
                     judged = first_copies(res)
                     rows = []
                     for tr in res.turns:  # only a prompt's first copy in the pass is judged

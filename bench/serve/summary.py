@@ -23,7 +23,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from bench.metrics import COLUMNS
+from bench.metrics import COLUMNS, verdict_summary
 from bench.serve.scrape import speculation
 
 PCTS = (50, 90, 99)
@@ -48,13 +48,9 @@ def error_counts(recs: pd.DataFrame) -> dict:
 
 
 def exact_match(method: pd.DataFrame) -> tuple[float | None, int]:
-    rep0 = method[(method.repeat == 0) & method.verdict.notna()]
-    if rep0.empty:
-        return None, 0
-    per_prompt = rep0.groupby(["task", "prompt_id"]).verdict.apply(
-        lambda v: bool((v == "exact").all())
-    )
-    return float(per_prompt.mean()), int((rep0.verdict == "mismatch").sum())
+    """Greedy verdicts of every repeat (bench.metrics.verdict_summary)."""
+    exact, _, mismatches = verdict_summary(method)
+    return exact, mismatches
 
 
 def task_row(method: pd.DataFrame, base: pd.DataFrame) -> dict:
