@@ -163,6 +163,31 @@ def _speedup_totals(x: Scope):
     return float(m / b)
 
 
+def specbench_speedup(method: pd.DataFrame, base: pd.DataFrame) -> float | None:
+    """Spec-Bench's statistic (evaluation/speed.py): per question, Σ tokens ÷ Σ wall time over
+    its turns, the baseline's tokens recounted from its answer text (`recount_tokens`, where
+    recorded); the mean over questions of the method's, over the mean of the baseline's. Here
+    each question's time per side is the median over its quiet repeats."""
+    q = ["task", "prompt_id"]
+
+    def per_question(df: pd.DataFrame, tokens: str) -> pd.Series:
+        df = df[_quiet(df)] if _quiet(df).any() else df
+        col = tokens if tokens in df and df[tokens].notna().all() else "new_tokens"
+        per_rep = df.groupby(q + ["repeat"]).agg(tok=(col, "sum"), wall=("wall_s", "sum"))
+        return (per_rep.tok / per_rep.wall).groupby(level=q).median()
+
+    m, b = per_question(method, "new_tokens"), per_question(base, "recount_tokens")
+    both = m.index.intersection(b.index)
+    if not len(both) or b[both].mean() == 0:
+        return None
+    return float(m[both].mean() / b[both].mean())
+
+
+@metric("speedup_specbench", doc="Spec-Bench's own statistic: mean per-question tokens/s ratio")
+def _speedup_specbench(x: Scope):
+    return specbench_speedup(x.method, x.base)
+
+
 @metric("disturbed_units", "remeasured", "unclean_units", doc="interference flags")
 def _flags(x: Scope):
     f = flags(x.method)

@@ -53,6 +53,7 @@ def record(
         "method_run": method_run,
         "prompt_tokens": res.n_prompt,
         "new_tokens": new,
+        "recount_tokens": res.recount_tokens,
         "stop": res.stop,
         "wall_s": wall,
         "prefill_s": t["prefill"] / 1e9,

@@ -96,6 +96,7 @@ class Runner:
             peak = self.mem.peak_delta()
             turns.append((ids, res, peak, load))
             answer = self.tokenizer.decode(res.output_ids, skip_special_tokens=True)
+            res.recount_tokens = len(self.tokenizer(answer).input_ids) - 1  # Spec-Bench's count
             messages.append({"role": "assistant", "content": answer})
         return turns
 

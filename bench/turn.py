@@ -25,6 +25,7 @@ class TurnResult:
     accepted_tokens: int = 0
     stop: str = "length"
     extra_bytes: int = 0
+    recount_tokens: int | None = None  # Spec-Bench's recount: tokens of the decoded text − 1
 
 
 def bump(counts: list[int], upto: int) -> None:

@@ -240,3 +240,22 @@ def test_every_summary_column_is_registered_once_and_documented():
     missing = [c for c in registered + RUN_COLUMNS if f"`{c}`" not in docs]
     assert not missing, f"summary columns not in docs/metrics.md: {missing}"
     assert all(m.doc for m in METRICS)
+
+
+def test_three_speedup_statistics_under_three_names():
+    """speedup (median of paired unit ratios), speedup_totals (ratio of totals) and
+    speedup_specbench (Spec-Bench's mean per-question tokens/s ratio, the baseline's tokens
+    recounted from its text) differ when question lengths and ratios differ."""
+    rows = []
+    for pid, m_wall, b_wall, n in (("q1", 1.0, 1.0, 10), ("q2", 1.0, 4.0, 100)):
+        rows.append(rec("method", pid, 0, n, m_wall, n, verdict="exact"))
+        rows.append(rec("baseline", pid, 0, n, b_wall, n))
+    r = summarize(pd.DataFrame(rows)).iloc[0]
+    assert r.speedup == pytest.approx(2.5)  # ratios 1 and 4
+    assert r.speedup_totals == pytest.approx((110 / 2) / (110 / 5))
+    assert r.speedup_specbench == pytest.approx(55 / 17.5)  # means of 10, 100 and of 10, 25
+    for row in rows:
+        if row["role"] == "baseline":
+            row["recount_tokens"] = row["new_tokens"] - 1  # Spec-Bench's recount
+    r = summarize(pd.DataFrame(rows)).iloc[0]
+    assert r.speedup_specbench == pytest.approx(55 / ((9 / 1 + 99 / 4) / 2))
