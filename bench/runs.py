@@ -43,6 +43,7 @@ RECORD_COLS = [
     "temperature",
     "new_tokens",
     "target_forwards",
+    "round_accepted",
     "wall_s",
     "prefill_s",
     "draft_s",
@@ -157,6 +158,20 @@ def scope_records(records: pd.DataFrame, task: str, category) -> pd.DataFrame:
     return records
 
 
+def _tau_round_interval(rec: pd.DataFrame) -> tuple[float, float]:
+    """95% bootstrap interval of τ_round = Σ (accepted + 1) ÷ Σ rounds over prompt × turn units;
+    a method without rounds (ar): 1."""
+    rep0 = rec[(rec.role == "method") & (rec.repeat == 0)]
+    if rep0.empty or "round_accepted" not in rep0 or rep0.round_accepted.isna().any():
+        return (math.nan, math.nan)
+    acc = np.array([sum(r) for r in rep0.round_accepted], dtype=float)
+    rounds = np.array([len(r) for r in rep0.round_accepted], dtype=float)
+    if rounds.sum() == 0:
+        return (1.0, 1.0)
+    ones = np.ones(len(rep0))
+    return bootstrap_ratio(acc + rounds, rounds, ones, ones)
+
+
 def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cells, records) of one run directory."""
     summary = pd.read_csv(run / "summary.csv")
@@ -192,6 +207,16 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
     ]
     cells["tau_ci_low"] = [lo for lo, _ in intervals]
     cells["tau_ci_high"] = [hi for _, hi in intervals]
+    rounds = [
+        _tau_round_interval(scope_records(records, t, c))
+        if records is not None
+        else (math.nan, math.nan)
+        for t, c in zip(cells.task, cells.get("category", pd.Series("all", index=cells.index)))
+    ]
+    cells["tau_round_ci_low"] = [lo for lo, _ in rounds]
+    cells["tau_round_ci_high"] = [hi for _, hi in rounds]
+    if "tau_round" in cells:  # a method that drafts nothing emits one token per step
+        cells["tau_round"] = cells.tau_round.where(cells.tau_round.notna(), 1.0)
     if records is None:
         records = pd.DataFrame(columns=RECORD_COLS + list(ident) + ["device"])
     return normalize(cells, agnostic), normalize(records, agnostic)

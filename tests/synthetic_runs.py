@@ -39,6 +39,9 @@ def _rec(
     extra=0.0,
     divergence=None,
 ):
+    rounds = fwd - 1  # every forward after the prefill verifies one round
+    acc = max(new - 1 - rounds, 0) if drafted else 0
+    per_round = [acc // rounds + (i < acc % rounds) for i in range(rounds)] if rounds else []
     return {
         "task": task,
         "category": task,
@@ -68,6 +71,8 @@ def _rec(
         "tpot_s": 0.8 * wall / (new - 1),
         "target_forwards": fwd,
         "accept_lengths": [1] * fwd,
+        "round_accepted": per_round if drafted else [],
+        "round_depth": [max(int(k), 1)] * rounds if drafted else [],
         "drafted_tokens": drafted,
         "accepted_tokens": accepted,
         "drafted_per_pos": dpp,

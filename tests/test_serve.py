@@ -58,11 +58,15 @@ def test_difference_and_speculation_match_our_definitions():
     d = scrape.difference(after, before)
     assert d["drafts"] == 10 and d["draft_tokens"] == 30 and d["accepted_tokens"] == 15
     assert d["generated_tokens"] == 45
-    s = scrape.speculation(d, new_tokens=45)
+    s = scrape.speculation(d, new_tokens=45, requests=5)
     # 45 tokens, 15 of them accepted drafts: 30 target forwards, τ = 1.5
     assert s["target_forwards"] == 30 and s["tau"] == pytest.approx(1.5)
+    # 5 prefills: 25 decoding steps emit the other 40 tokens; vLLM's own mean acceptance
+    # length counts the 10 steps that drafted only: 1 + 15 / 10
+    assert s["tau_round"] == pytest.approx(40 / 25) and s["tau_nonempty"] == pytest.approx(2.5)
     assert s["acceptance_rate"] == pytest.approx(0.5)
-    assert s["alpha_per_pos"][0] == pytest.approx(0.6)  # 6 of 10 drafts accepted position 0
+    # 6 of 10 drafts accepted position 0: vLLM's marginal rate, stored under that name
+    assert s["alpha_marginal"][0] == pytest.approx(0.6) and "alpha_per_pos" not in s
     assert scrape.speculation({}, 10)["tau"] is None  # no counters: nothing claimed
 
 
@@ -74,7 +78,9 @@ def test_sglang_gauges():
     g = scrape.counters(text, "sglang")
     assert g == {"accept_length": 2.5, "accept_rate": 0.4}
     s = scrape.speculation(scrape.difference(g, {}), 100)
-    assert s["tau"] == 2.5 and s["acceptance_rate"] == 0.4 and s["source"] == "gauge"
+    # SGLang's gauge covers its own recent window, not this pass: never stored as τ
+    assert s["accept_length_window"] == 2.5 and s["tau"] is None and s["tau_round"] is None
+    assert s["acceptance_rate"] == 0.4 and s["source"] == "gauge"
 
 
 def test_poisson_arrivals_are_seeded_and_paced():
@@ -240,6 +246,7 @@ def test_summary_counts_errors_and_reads_counters():
             "throughput_tok_s": 20.0,
             "new_tokens": 20,
             "not_started": 3,
+            "requests": 4,
             "counters": {
                 "drafts": 5,
                 "draft_tokens": 10,
@@ -267,7 +274,9 @@ def test_summary_counts_errors_and_reads_counters():
     assert r.requests == 4 and r.errors_http == 1 and r.errors_timeout == 1
     assert r.errors_connection == 0 and r.not_started == 3
     assert r.speedup == pytest.approx(2.0) and r.tau == pytest.approx(20 / 15)
-    assert json.loads(r.alpha_per_pos) == [0.8, 0.2]
+    assert json.loads(r.alpha_marginal) == [0.8, 0.2] and pd.isna(r.alpha_per_pos)
+    assert r.tau_nonempty == pytest.approx(1 + 5 / 5)  # vLLM's mean acceptance length
+    assert r.tau_round == pytest.approx((20 - 4) / (15 - 4))  # 4 prefills, 11 decoding steps
     assert r.exact_match == pytest.approx(0.5)  # a exact, b mismatch (c, d: no verdict)
     assert r.ttft_p50_ms == pytest.approx(100.0) and r.itl_p99_ms == pytest.approx(100.0)
 

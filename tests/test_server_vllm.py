@@ -119,9 +119,10 @@ def test_counters_give_tau_and_alpha(ngram_sweep):
         n, a = spec["generated_tokens"], spec["accepted_tokens"]
         assert s.tau == pytest.approx(n / (n - a)) and s.tau > 1
         assert s.acceptance_rate == pytest.approx(a / spec["draft_tokens"])
-        assert json.loads(s.alpha_per_pos)[0] == pytest.approx(
+        assert json.loads(s.alpha_marginal)[0] == pytest.approx(
             spec["accepted_per_pos"][0] / spec["drafts"], abs=1e-4
         )
+        assert s.tau_nonempty == pytest.approx(1 + a / spec["drafts"])
 
 
 def test_latency_columns_and_concurrency(ngram_sweep):

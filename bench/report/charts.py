@@ -213,7 +213,7 @@ def sweep_lines(
             if series == "method"
             else palette.config(first.method, first.k)
         )
-        for ax, col in zip(axes, ("speedup", "tau")):
+        for ax, col in zip(axes, ("speedup", "tau_round")):
             ax.errorbar(
                 g[x],
                 g[col],
@@ -226,7 +226,7 @@ def sweep_lines(
                 label=name if ax is axes[0] else None,
             )
     for ax, ylabel in zip(
-        axes, ("speedup over autoregressive (×)", "τ (tokens per target forward)")
+        axes, ("speedup over autoregressive (×)", "τ_round (tokens per decoding step)")
     ):
         ax.axhline(
             1.0,

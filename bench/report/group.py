@@ -81,9 +81,11 @@ def leaderboard(x: Group) -> None:
         "",
         tables.leaderboard_markdown(board, "speedup"),
         "",
-        f"τ, mean accepted tokens per target forward (95% interval over prompts). {caption}.",
+        "τ_round: mean accepted tokens per decoding step (Spec-Bench's “mean accepted "
+        "tokens”, vLLM's and SGLang's mean acceptance length; prefill not counted), 95% "
+        f"interval over units. {caption}.",
         "",
-        tables.leaderboard_markdown(board, "tau"),
+        tables.leaderboard_markdown(board, "tau_round"),
         "",
         f"<sub>data: [leaderboard__{s}.csv](leaderboard__{s}.csv). {note} No interval is "
         "shown where it collapses to a point (one prompt, or identical prompts). † the cell "
@@ -106,9 +108,9 @@ def task_bars(x: Group) -> None:
             "speedup",
             "speedup_ci_low",
             "speedup_ci_high",
-            "tau",
-            "tau_ci_low",
-            "tau_ci_high",
+            "tau_round",
+            "tau_round_ci_low",
+            "tau_round_ci_high",
         ]
     ]
     bars = tables.config_order(bars.assign(temperature=0)).drop(columns="temperature")
@@ -130,10 +132,10 @@ def task_bars(x: Group) -> None:
         charts.bars_by_task,
         bars,
         f"tau_by_task__{s}.png",
-        "tau by task",
-        "tau",
-        "τ (tokens per target forward)",
-        title="τ by task and method",
+        "tau_round by task",
+        "tau_round",
+        "τ_round (tokens per decoding step)",
+        title="τ_round (mean accepted tokens per decoding step) by task and method",
         subtitle=sub,
     )
 
@@ -249,10 +251,10 @@ def subcategories(x: Group) -> None:
         w.add(
             "### Detail by sub-category",
             "",
-            f"Median unit speedup and τ per sub-category (MT-Bench's eight). {caption}.",
+            f"Median unit speedup and τ_round per sub-category (MT-Bench's eight). {caption}.",
             "",
             tables.markdown_table(
-                ["method", "category", "sub-category", "units", "speedup", "τ"],
+                ["method", "category", "sub-category", "units", "speedup", "τ_round"],
                 [
                     [
                         r.label,
@@ -260,7 +262,7 @@ def subcategories(x: Group) -> None:
                         r.subcategory,
                         r.units,
                         tables._num(r.speedup, "{:.2f}×"),
-                        tables._num(r.tau),
+                        tables._num(r.tau_round),
                     ]
                     for r in sub_df.itertuples()
                 ],

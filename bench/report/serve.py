@@ -64,8 +64,10 @@ SERVER_HEAD = [
     "TTFT p50/p99 ms",
     "TPOT p50/p99 ms",
     "ITL p50/p99 ms",
-    "τ",
-    "α per position",
+    "τ_round",
+    "vLLM mean acceptance length",
+    "SGLang accept length (window)",
+    "α marginal per position",
     "exact",
     "requests",
     "errors",
@@ -92,8 +94,10 @@ def server_table(serve: pd.DataFrame) -> pd.DataFrame:
                 f"{_f(r.ttft_p50_ms, '{:.0f}')}/{_f(r.ttft_p99_ms, '{:.0f}')}",
                 f"{_f(r.tpot_p50_ms, '{:.1f}')}/{_f(r.tpot_p99_ms, '{:.1f}')}",
                 f"{_f(r.itl_p50_ms, '{:.1f}')}/{_f(r.itl_p99_ms, '{:.1f}')}",
-                _f(r.tau),
-                _alpha(r.alpha_per_pos),
+                _f(r.get("tau_round")),
+                _f(r.get("tau_nonempty")),
+                _f(r.get("accept_length_window")),
+                _alpha(r.get("alpha_marginal")),
                 _f(r.exact_match),
                 int(r.requests),
                 errors,
@@ -107,12 +111,16 @@ PAIR_HEAD = [
     "k",
     "task",
     "engine (ours)",
-    "τ ours",
-    "τ server",
+    "τ_round ours",
+    "τ_round server",
     "server",
-    "α per position, ours",
-    "α per position, server",
+    "α marginal per position, ours",
+    "α marginal per position, server",
 ]
+
+
+def _has(v) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
 def pairs_table(ours: pd.DataFrame, serve: pd.DataFrame) -> pd.DataFrame:
@@ -120,13 +128,14 @@ def pairs_table(ours: pd.DataFrame, serve: pd.DataFrame) -> pd.DataFrame:
     rows = []
     mine = wide_rows(ours) if len(ours) else ours
     for _, s in wide_rows(serve).iterrows():
-        if s.tau is None or (isinstance(s.tau, float) and math.isnan(s.tau)):
+        if not _has(s.get("tau_round")):
             continue
         match = (
             mine[
                 (mine.method == s.method)
                 & (mine.task == s.task)
                 & (mine.temperature == s.temperature)
+                & (pd.to_numeric(mine.k, errors="coerce") == pd.to_numeric(s.k, errors="coerce"))
             ]
             if len(mine)
             else mine
@@ -138,11 +147,11 @@ def pairs_table(ours: pd.DataFrame, serve: pd.DataFrame) -> pd.DataFrame:
                     _f(s.k, "{:g}"),
                     s.task,
                     o.dtype,
-                    _f(o.tau),
-                    _f(s.tau),
+                    _f(o.tau_round),
+                    _f(s.tau_round),
                     f"{s.server} (c={int(s.concurrency)})",
-                    _alpha(o.alpha_per_pos),
-                    _alpha(s.alpha_per_pos),
+                    _alpha(o.get("alpha_marginal")),
+                    _alpha(s.get("alpha_marginal")),
                 ]
             )
     return pd.DataFrame(rows, columns=PAIR_HEAD)

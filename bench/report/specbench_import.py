@@ -8,8 +8,9 @@ The baseline is named by the user; per method file, over the question ids both f
               95% interval: percentile bootstrap over questions (bench.metrics.bootstrap_ratio)
     speedup_specbench = mean over questions of tokens/s, method over baseline (Spec-Bench's
               evaluation/speed.py, without its recount of the baseline's tokens from the text)
-    τ       = Σ accept lengths ÷ number of decoding steps (Spec-Bench's mean accepted tokens);
-              Σ new tokens ÷ Σ decoding_steps when accept_lengths is absent
+    τ_round = Σ accept lengths ÷ number of decoding steps (Spec-Bench's mean accepted tokens,
+              stored as tau_round, our name for it); Σ new tokens ÷ Σ decoding_steps when
+              accept_lengths is absent
 Categories map onto our task names (tasks.specbench.map_category); task='all' pools them.
 Imported cells form their own group (model, device, dtype, 'spec-bench import'): their clock,
 prompts and hardware are not ours, so they are never pooled with our runs.
@@ -95,9 +96,9 @@ def _cell(m: pd.DataFrame, b: pd.DataFrame) -> dict:
         "speedup_specbench": float(
             (m.new_tokens / m.wall_s).mean() / (b.new_tokens / b.wall_s).mean()
         ),
-        "tau": tau,
-        "tau_ci_low": tlo,
-        "tau_ci_high": thi,
+        "tau_round": tau,  # Spec-Bench's "mean accepted tokens": per decoding step
+        "tau_round_ci_low": tlo,
+        "tau_round_ci_high": thi,
     }
 
 

@@ -136,7 +136,7 @@ class Cell:
                 "counters_before": before,
                 "counters_after": after,
                 "counters": delta,
-                "speculation": scrape.speculation(delta, new) if delta else None,
+                "speculation": scrape.speculation(delta, new, len(res.turns)) if delta else None,
                 "argv": self.argv[role],
             }
         )

@@ -111,30 +111,46 @@ def difference(after: dict, before: dict) -> dict:
     return out
 
 
-def speculation(delta: dict, new_tokens: int) -> dict:
-    """τ, α and α_i from a pass's counter difference and its generated-token count."""
+EMPTY = {
+    "tau": None,
+    "tau_round": None,
+    "tau_nonempty": None,
+    "acceptance_rate": None,
+    "alpha_marginal": None,
+    "accept_length_window": None,
+    "target_forwards": None,
+}
+
+
+def speculation(delta: dict, new_tokens: int, requests: int | None = None) -> dict:
+    """Speculation figures from a pass's counter difference, each under our name for its
+    definition (docs/metrics.md): `tau` (new tokens per target forward, prefill counted),
+    `tau_round` (per decoding step after the prefill: needs the pass's `requests`),
+    `tau_nonempty` (vLLM's mean acceptance length, 1 + accepted ÷ drafts: rounds without a
+    draft left out), `alpha_marginal` (accepted at position i ÷ drafts: vLLM's per-position
+    rate, marginal, not our conditional alpha_per_pos) and `accept_length_window` (SGLang's
+    gauge over its own recent window, not this pass's)."""
     acc, drafted, drafts = (delta.get(k) for k in ("accepted_tokens", "draft_tokens", "drafts"))
     if acc is None and "accept_length" in delta:
         return {
-            "tau": delta["accept_length"],
+            **EMPTY,
+            "accept_length_window": delta["accept_length"],
             "acceptance_rate": delta.get("accept_rate"),
-            "alpha_per_pos": None,
-            "target_forwards": None,
             "source": "gauge",
         }
     if acc is None or drafted is None:
-        return {
-            "tau": None,
-            "acceptance_rate": None,
-            "alpha_per_pos": None,
-            "target_forwards": None,
-        }
+        return dict(EMPTY)
     n = delta.get("generated_tokens", new_tokens)
     per_pos = delta.get("accepted_per_pos") or []
+    forwards = n - acc
+    rounds = forwards - requests if requests is not None else None
     return {
-        "tau": n / (n - acc) if n > acc else None,
+        **EMPTY,
+        "tau": n / forwards if forwards > 0 else None,
+        "tau_round": (n - requests) / rounds if rounds and rounds > 0 else None,
+        "tau_nonempty": 1 + acc / drafts if drafts else None,
         "acceptance_rate": acc / drafted if drafted else None,
-        "alpha_per_pos": [round(a / drafts, 4) for a in per_pos] if drafts else None,
-        "target_forwards": n - acc,
+        "alpha_marginal": [round(a / drafts, 4) for a in per_pos] if drafts else None,
+        "target_forwards": forwards,
         "source": "counters",
     }

@@ -10,7 +10,8 @@ On the cell-wide row (task=all, or the one task), from passes.jsonl:
     tokens_per_s                 throughput: Σ new tokens ÷ pass wall time (first send → last
                                  reply), median over repeats; baseline_tokens_per_s the same
                                  for the plain server, speedup their ratio
-    tau, acceptance_rate, alpha_per_pos   from the server's own counters (bench/serve/scrape.py)
+    tau, tau_round, tau_nonempty, acceptance_rate, alpha_marginal, accept_length_window
+                                          from the server's own counters (bench/serve/scrape.py)
     not_started                  conversations the pass's time bound kept from starting
 The in-process columns that a server cannot report (draft overhead, memory, phase times) are
 empty, so summary.csv keeps one column set across engines (bench.metrics.COLUMNS first).
@@ -33,6 +34,7 @@ EXTRA = (
     + [f"errors_{e}" for e in ERRORS]
     + [f"{m}_p{p}_ms" for m in ("ttft", "tpot", "itl") for p in PCTS]
     + ["baseline_ttft_p50_ms", "baseline_tpot_p50_ms", "request_tok_s", "baseline_request_tok_s"]
+    + ["tau_nonempty", "accept_length_window"]  # vLLM's and SGLang's own τ variants
 )
 SERVE_COLUMNS = COLUMNS + EXTRA
 
@@ -87,14 +89,18 @@ def cell_row(passes: list[dict]) -> dict:
     tps, btps = med("method", "throughput_tok_s"), med("baseline", "throughput_tok_s")
     spec = [p for p in passes if p["role"] == "method"]
     delta = _sum_deltas([p["counters"] for p in spec])
-    s = speculation(delta, sum(p["new_tokens"] for p in spec)) if delta else {}
+    requests = sum(p["requests"] for p in spec) if all("requests" in p for p in spec) else None
+    s = speculation(delta, sum(p["new_tokens"] for p in spec), requests) if delta else {}
     return {
         "tokens_per_s": tps,
         "baseline_tokens_per_s": btps,
         "speedup": tps / btps if tps and btps else None,
         "tau": s.get("tau"),
+        "tau_round": s.get("tau_round"),
+        "tau_nonempty": s.get("tau_nonempty"),
+        "accept_length_window": s.get("accept_length_window"),
         "acceptance_rate": s.get("acceptance_rate"),
-        "alpha_per_pos": json.dumps(s["alpha_per_pos"]) if s.get("alpha_per_pos") else None,
+        "alpha_marginal": json.dumps(s["alpha_marginal"]) if s.get("alpha_marginal") else None,
         "not_started": sum(p["not_started"] for p in passes),
     }
 
