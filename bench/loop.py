@@ -97,5 +97,5 @@ def generate(
     res.times_ns = clock.read()
     method.finish(state)  # untimed: cross-turn state (e.g. suffix's response cache)
     res.output_ids = state.ids[state.n_prompt : state.length].tolist()
-    res.extra_bytes = method.extra_bytes(state)
+    res.static_bytes, res.state_bytes = method.static_bytes(), method.state_bytes(state)
     return res

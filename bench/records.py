@@ -71,7 +71,8 @@ def record(
         "accepted_tokens": res.accepted_tokens,
         "drafted_per_pos": res.drafted_per_pos,
         "accepted_per_pos": res.accepted_per_pos,
-        "extra_mb": res.extra_bytes / MB,
+        "static_mb": res.static_bytes / MB,
+        "state_mb": res.state_bytes / MB,
         "peak_mem_delta_mb": peak / MB if peak is not None else None,
         "verdict": verdict.get("verdict"),
         "first_divergence": verdict.get("first_divergence"),
@@ -168,7 +169,7 @@ def env_info(device, target_spec: str, choice: dict, target, method, cost_curve:
         "dtype": choice["dtype"],
         "engine_choice": choice,
         "target_weight_mb": target.weight_bytes() / MB,
-        "method_extra_mb": method.extra_bytes() / MB,
+        "method_static_mb": method.static_bytes() / MB,
         "method_info": getattr(method, "info", {}),
         "cost_curve_ms": {q: round(c * 1e3, 3) for q, c in cost_curve.items()},
     }

@@ -24,7 +24,8 @@ class TurnResult:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     stop: str = "length"
-    extra_bytes: int = 0
+    static_bytes: int = 0  # held by the method before the turn (weights, kept indexes)
+    state_bytes: int = 0  # the turn's own drafter state (inside the peak delta already)
     recount_tokens: int | None = None  # Spec-Bench's recount: tokens of the decoded text − 1
 
 

@@ -132,7 +132,7 @@ def generate_whole(
         res.accepted_tokens += accepted
         bump(res.drafted_per_pos, drafted)
         bump(res.accepted_per_pos, accepted)
-    res.extra_bytes = method.extra_bytes()
+    res.static_bytes = method.static_bytes()
     return res
 
 

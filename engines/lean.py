@@ -299,7 +299,7 @@ class LeanEngine(Engine):
             for blk in self.model.layers
             for b in (blk.norm_in, blk.norm_post)
         )
-        return n
+        return n + self.model.norm.numel() * self.model.norm.element_size()  # the final norm
 
     def step_weight_bytes(self) -> int:
         """Bytes one decoding step reads: every projection and the output layer, not the

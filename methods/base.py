@@ -86,7 +86,14 @@ class Method:
         return (k or 0) + 1
 
     # --- memory: extra weights and buffers this method holds beyond the target ---
-    def extra_bytes(self, state: DecodeState | None = None) -> int:
+    def static_bytes(self) -> int:
+        """Memory the method holds before a turn starts (drafter weights, a corpus index, state
+        kept across requests): outside a turn's peak-memory delta, so added to it."""
+        return 0
+
+    def state_bytes(self, state: DecodeState) -> int:
+        """Memory of the turn's own drafter state (a draft KV cache, a head cache, a per-turn
+        index): allocated inside the turn, so already in its peak delta; reported, not added."""
         return 0
 
     # --- per turn ---

@@ -48,14 +48,15 @@ class Draft(Method):
             self.d2t = None
         self.vocab = ctx.target.vocab_size
 
-    def extra_bytes(self, state=None) -> int:
+    def static_bytes(self) -> int:
         # the draft's own weights: a distilled draft's shared embeddings are the target's
         n = self.model.weight_bytes()
         if self.d2t is not None:  # counted by weight_bytes, but the target's storage
             n -= self.model.embed_weight.numel() * self.model.embed_weight.element_size()
-        if state is not None and "draft_cache" in state.aux:
-            n += state.aux["draft_cache"].nbytes()
         return n
+
+    def state_bytes(self, state) -> int:
+        return state.aux["draft_cache"].nbytes() if "draft_cache" in state.aux else 0
 
     def start(self, state) -> None:
         state.aux["draft_cache"] = self.model.new_cache(state.ids.numel() + self.k + 1)

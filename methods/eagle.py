@@ -134,11 +134,11 @@ class Eagle(TreeMethod):
     def max_verify_width(self) -> int:
         return self.total_tokens + 1
 
-    def extra_bytes(self, state=None) -> int:
-        n = self.head.own_bytes()
-        if state is not None and "head_cache" in state.aux:
-            n += state.aux["head_cache"].nbytes()
-        return n
+    def static_bytes(self) -> int:
+        return self.head.own_bytes()
+
+    def state_bytes(self, state) -> int:
+        return state.aux["head_cache"].nbytes() if "head_cache" in state.aux else 0
 
     # --- features ---
     def _features(self, hidden, rows) -> torch.Tensor:

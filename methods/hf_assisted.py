@@ -62,7 +62,7 @@ class HFAssisted(HFGenerate):
     def assistant(self):
         return self.model
 
-    def extra_bytes(self, state=None) -> int:
+    def static_bytes(self) -> int:
         seen, n = {self.target.embed_weight.data_ptr()}, 0  # shared embeddings are the target's
         for t in list(self.model.parameters()) + list(self.model.buffers()):
             if t.data_ptr() not in seen:

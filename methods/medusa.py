@@ -119,7 +119,7 @@ class Medusa(TreeMethod):
                 "use a value > 0 (α)",
             )
 
-    def extra_bytes(self, state=None) -> int:
+    def static_bytes(self) -> int:
         return self.heads.extra_bytes() + self.vocab.extra_bytes()
 
     def max_verify_width(self) -> int:

@@ -85,7 +85,7 @@ class Recycling(TreeMethod):
     def max_verify_width(self) -> int:
         return self.layout.size + 1
 
-    def extra_bytes(self, state=None) -> int:
+    def static_bytes(self) -> int:
         return self.adj.numel() * self.adj.element_size()
 
     # --- per turn ---

@@ -115,11 +115,13 @@ class Sam(TreeMethod):
         own = self.k + 1
         return max(own, self.fallback.max_verify_width()) if self.fallback else own
 
-    def extra_bytes(self, state=None) -> int:
+    def static_bytes(self) -> int:
         n = self.static.nbytes() if self.static else 0
-        if state is not None and "sam" in state.aux:
-            n += state.aux["sam"].nbytes()
-        return n + (self.fallback.extra_bytes(state) if self.fallback else 0)
+        return n + (self.fallback.static_bytes() if self.fallback else 0)
+
+    def state_bytes(self, state) -> int:
+        n = state.aux["sam"].nbytes() if "sam" in state.aux else 0
+        return n + (self.fallback.state_bytes(state) if self.fallback else 0)
 
     # --- per turn ---
     def start(self, state) -> None:

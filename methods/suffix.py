@@ -226,11 +226,11 @@ class Suffix(TreeMethod):
     def max_verify_width(self) -> int:
         return self.k + 1
 
-    def extra_bytes(self, state=None) -> int:
-        n = self.responses.index.nbytes()
-        if state is not None and "local" in state.aux:
-            n += state.aux["local"].nbytes()
-        return n
+    def static_bytes(self) -> int:
+        return self.responses.index.nbytes()  # earlier requests' outputs, kept across turns
+
+    def state_bytes(self, state) -> int:
+        return state.aux["local"].nbytes() if "local" in state.aux else 0
 
     # --- per turn ---
     def start(self, state) -> None:

@@ -77,7 +77,7 @@ def _rec(
         "accepted_tokens": accepted,
         "drafted_per_pos": dpp,
         "accepted_per_pos": app,
-        "extra_mb": extra,
+        "static_mb": extra,
         "peak_mem_delta_mb": 1.0,
         "verdict": verdict,
         "first_divergence": divergence,

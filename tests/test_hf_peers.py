@@ -71,7 +71,7 @@ def test_hf_assisted_with_hf_draft(target, tiny_draft_dir):
         assert res.times_ns["draft"] > 0  # the assistant's forwards are the draft phase
         assert res.drafted_tokens > 0 and res.drafted_tokens >= res.accepted_tokens
         assert max(len(res.drafted_per_pos), 0) <= 3  # constant schedule: k = 3 per round
-    assert asst.extra_bytes() > 0
+    assert asst.static_bytes() > 0
 
 
 def test_peers_stop_at_eos_and_budget(target):

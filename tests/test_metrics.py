@@ -48,7 +48,7 @@ def rec(
         "accepted_tokens": accepted,
         "drafted_per_pos": list(dpp),
         "accepted_per_pos": list(app),
-        "extra_mb": extra,
+        "static_mb": extra,
         "peak_mem_delta_mb": peak,
         "verdict": verdict,
         "dist_pvalue": None,

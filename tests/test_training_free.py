@@ -127,7 +127,7 @@ def test_recycling_hot_start_and_repeats(target):
     assert again.accept_lengths == first.accept_lengths
     cold = run(build_method(conf("recycling", hot_start=False), ctx), q)
     assert cold.output_ids == after.output_ids and cold.drafted_tokens != after.drafted_tokens
-    assert m.extra_bytes() == 128 * m.width * 8
+    assert m.static_bytes() == 128 * m.width * 8
 
 
 def test_lookahead_shapes():

@@ -282,7 +282,7 @@ def memory(x: Group) -> None:
         mem,
         f"memory__{s}.png",
         "memory overhead",
-        title="Memory overhead per method (extra weights + peak-memory delta)",
+        title="Memory overhead per method (static drafter memory + peak-memory delta)",
         subtitle=sub,
     )
 
