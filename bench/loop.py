@@ -2,12 +2,16 @@
 
 The loop owns the stopping rule, the token count and the clock:
 
-    prefill  — method.prefill (target forward over the prompt, plus the drafter's own prefill)
+    prefill  — method.prefill (target forward over the prompt)
+    draft    — method.draft_prefill (the drafter's own prefill: a draft model's, an index)
     other    — first token from the prefill logits (TTFT is read here)
     per round:
       draft  — method.draft   → Proposal (0..k tokens, or a tree)
       verify — method.verify  → one target forward over the proposal
-      other  — method.accept  → accepted tokens (+ cache rollback); truncation, EOS check
+      other  — method.accept  → accepted tokens (+ target cache rollback)
+      draft  — method.observe → the drafter reads the verify (features, tables, its cache)
+      other  — truncation, EOS check, append
+Whatever a method does for its drafter is timed as draft, wherever in the round it runs.
     then method.finish, untimed (the turn's output is final)
 
 Every method, the baseline included, goes through this one function; transformers' own
@@ -54,6 +58,8 @@ def generate(
 
     with clock.phase("prefill"):
         logits = method.prefill(state)
+    with clock.phase("draft"):  # the drafter's own prefill: drafting work, wherever it runs
+        method.draft_prefill(state, logits)
     with clock.phase("other"):
         first = method.first_token(state, logits)
         state.append([first])
@@ -76,6 +82,9 @@ def generate(
                     f"positions after accept, expected "
                     f"{state.length + len(acc.tokens) - 1}"
                 )
+        with clock.phase("draft"):  # the drafter reads the verify (features, tables, caches)
+            method.observe(state, proposal, acc)
+        with clock.phase("other"):
             tokens = acc.tokens[:budget]
             for i, t in enumerate(tokens):
                 if t in eos_ids:
@@ -85,6 +94,7 @@ def generate(
             state.append(tokens)
             budget -= len(tokens)
         res.target_forwards += 1
+        res.verified_tokens += acc.width if acc.width is not None else acc.drafted
         res.round_start.append(state.length - state.n_prompt - len(tokens))
         res.round_accepted.append(acc.n_draft_accepted)
         res.round_depth.append(acc.depth)

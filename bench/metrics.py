@@ -217,7 +217,9 @@ def _acceptance_detail(x: Scope):
 @metric("predicted_speedup", doc="bench.acceptance's cost model on the run's cost curve")
 def _predicted(x: Scope):
     rounds = (x.rep0.target_forwards - 1).sum()
-    width = (x.rep0.drafted_tokens.sum() / rounds + 1) if rounds else 1.0
+    # tokens verified per round: lookahead's Jacobi window rides in the verify too
+    col = "verified_tokens" if "verified_tokens" in x.rep0 else "drafted_tokens"
+    width = (x.rep0[col].sum() / rounds + 1) if rounds else 1.0
     per_round = float(x.rep0.draft_s.sum() / rounds) if rounds else 0.0
     return acceptance.predicted_speedup(x.draft["tau_round"], width, per_round, x.costs)
 

@@ -68,6 +68,7 @@ def record(
         "round_depth": res.round_depth,
         "round_start": res.round_start,
         "drafted_tokens": res.drafted_tokens,
+        "verified_tokens": res.verified_tokens,
         "accepted_tokens": res.accepted_tokens,
         "drafted_per_pos": res.drafted_per_pos,
         "accepted_per_pos": res.accepted_per_pos,

@@ -132,7 +132,9 @@ class Runner:
         t0 = time.perf_counter()
         self.warmup()
         t1 = time.perf_counter()
-        self.cost_curve = probe.curve(self.target)  # c(q): step time vs verify width, untimed
+        self.cost_curve = probe.curve(self.target, warm=True)  # c(q) after warm-up, untimed
+        if self.method.calibrate(self.cost_curve) and getattr(self.target, "compiled", False):
+            self.warmup()  # the new draft size's shapes are compiled outside the clock too
         self.setup_s.update(warmup=round(t1 - t0, 2), cost_curve=round(time.perf_counter() - t1, 2))
         self.choice["setup_s"] = dict(self.setup_s)  # time outside the measured turns, by part
         writer.write_env(

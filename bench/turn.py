@@ -22,6 +22,7 @@ class TurnResult:
     round_depth: list[int] = field(default_factory=list)  # drafted depth per verify round
     round_start: list[int] = field(default_factory=list)  # output position at each round's start
     drafted_tokens: int = 0
+    verified_tokens: int = 0  # tokens verified after the root (lookahead's window included)
     accepted_tokens: int = 0
     stop: str = "length"
     static_bytes: int = 0  # held by the method before the turn (weights, kept indexes)

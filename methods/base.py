@@ -52,6 +52,8 @@ class Accepted:
     n_draft_accepted: int  # how many of `tokens` came from the draft
     drafted: int  # draft tokens verified this round (tree: all nodes)
     depth: int  # longest drafted path (chain: m)
+    width: int | None = None  # tokens verified after the root, when more than `drafted`
+    seen: tuple | None = None  # what observe() hands the drafter (a tree's path, logits, hidden)
 
 
 class Method:
@@ -96,6 +98,11 @@ class Method:
         index): allocated inside the turn, so already in its peak delta; reported, not added."""
         return 0
 
+    def calibrate(self, costs: dict) -> bool:
+        """The run's cost curve, timed after warm-up ({q: seconds}): a method that sizes its
+        draft from it re-chooses here; → True when a choice changed."""
+        return False
+
     # --- per turn ---
     def start(self, state: DecodeState) -> None:
         """Reset method-private state in `state.aux` for a new turn."""
@@ -104,6 +111,14 @@ class Method:
         """Target forward over the prompt; returns the (V,) logits for the first new token."""
         out = self.target.forward(state.tokens[None], state.cache, logits_to_keep=1)
         return out.logits[0, -1]
+
+    def draft_prefill(self, state: DecodeState, logits: torch.Tensor) -> None:
+        """The drafter's own prefill (a draft model's forward, an index over the prompt), after
+        the target's; timed as draft."""
+
+    def observe(self, state: DecodeState, proposal: Proposal, acc: Accepted) -> None:
+        """The drafter reads the round's verify and accept (before the accepted tokens are
+        appended): its cache rollback, its features; timed as draft."""
 
     def first_token(self, state: DecodeState, logits: torch.Tensor) -> int:
         return next_token(logits, state.sampling, state.generator)
@@ -187,11 +202,15 @@ class TreeMethod(Method):
         nodes, nxt = self.accept_path(state, tree, logits[: n + 1])
         # cache: ids[:length-1] + root + every node; keep root + the accepted nodes
         keep_path(state.cache, state.length - 1, nodes)
-        self.after_accept(state, proposal, nodes, logits, hidden)
         depth = int(proposal.layout.depth[1 : n + 1].max()) if n else 0
         return Accepted(
             tokens=[int(proposal.tokens[j]) for j in nodes] + [nxt],
             n_draft_accepted=len(nodes),
             drafted=n,
             depth=depth,
+            width=proposal.layout.size if proposal.layout.size != n else None,
+            seen=(nodes, logits, hidden),
         )
+
+    def observe(self, state: DecodeState, proposal: TreeProposal, acc: Accepted) -> None:
+        self.after_accept(state, proposal, *acc.seen)

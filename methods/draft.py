@@ -18,7 +18,7 @@ from drafters import draftmodel
 from groundfloor.errors import UserError
 from groundfloor.models import check_same_vocab, load_tokenizer, resolve_path
 from groundfloor.sampling import probs, sample
-from methods.base import Accepted, Method, Proposal
+from methods.base import Method, Proposal
 
 
 class Draft(Method):
@@ -71,10 +71,8 @@ class Draft(Method):
             return lg[: self.vocab]
         return torch.nn.functional.pad(lg, (0, self.vocab - lg.shape[-1]), value=float("-inf"))
 
-    def prefill(self, state) -> torch.Tensor:
-        logits = super().prefill(state)
+    def draft_prefill(self, state, logits) -> None:
         self.model.forward(state.tokens[None], state.aux["draft_cache"], logits_to_keep=1)
-        return logits
 
     def draft(self, state) -> Proposal:
         cache = state.aux["draft_cache"]
@@ -95,9 +93,7 @@ class Draft(Method):
         tokens = torch.tensor(drafted, dtype=torch.long, device=state.ids.device)
         return Proposal(tokens=tokens, q=torch.stack(qs) if qs else None)
 
-    def accept(self, state, proposal, logits) -> Accepted:
-        acc = super().accept(state, proposal, logits)
+    def observe(self, state, proposal, acc) -> None:
         # the draft cache holds committed tokens + x_1..x_{k-1}; keep committed + x_1..x_n
         cache = state.aux["draft_cache"]
         cache.crop(min(cache.length, state.length + acc.n_draft_accepted))
-        return acc

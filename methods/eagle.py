@@ -107,8 +107,8 @@ class Eagle(TreeMethod):
                 f"method {self.name}: k={self.depth} and top_k={self.top_k} must be ≥ 1"
             )
         total = kn.total_tokens
-        self.budget_curve = None
-        if total == "auto":
+        self.budget_curve, self.ratio, self.asked_depth = None, ratio, self.depth
+        if total == "auto":  # provisional until calibrate() reads the warm curve
             n, self.budget_curve = budget.auto_tokens(ctx.target, ratio)
             total = max(n - 1, 1)  # the root rides in the same forward
         try:
@@ -129,7 +129,24 @@ class Eagle(TreeMethod):
             "verify_cost_ms": None
             if self.budget_curve is None
             else {n: round(c * 1e3, 2) for n, c in self.budget_curve.items()},
+            "asked_depth": self.asked_depth,
         }
+        self._fit_depth()
+
+    def _fit_depth(self) -> None:
+        """No deeper than the budget can verify: a path of d nodes needs d of the budget."""
+        self.depth = min(self.asked_depth, self.total_tokens)
+        self.info.update(depth=self.depth, total_tokens=self.total_tokens)
+
+    def calibrate(self, costs: dict) -> bool:
+        if self.budget_curve is None:  # a fixed total_tokens
+            return False
+        old = (self.total_tokens, self.depth)
+        self.budget_curve = costs
+        self.total_tokens = max(budget.choose(costs, self.ratio) - 1, 1)
+        self.info["verify_cost_ms"] = {n: round(c * 1e3, 2) for n, c in costs.items()}
+        self._fit_depth()
+        return (self.total_tokens, self.depth) != old
 
     def max_verify_width(self) -> int:
         return self.total_tokens + 1
@@ -152,8 +169,11 @@ class Eagle(TreeMethod):
         out = self.target.forward(
             state.tokens[None], state.cache, logits_to_keep=1, hidden=tuple(self.head.target_layers)
         )
-        state.aux["pending"] = self._features(out.hidden, slice(None))
+        state.aux["prefill_hidden"] = out.hidden
         return out.logits[0, -1]
+
+    def draft_prefill(self, state, logits) -> None:  # the feature fusion is drafting work
+        state.aux["pending"] = self._features(state.aux.pop("prefill_hidden"), slice(None))
 
     # --- drafting ---
     def _step(self, cache: HeadCache, feat, ids, positions, tree_allowed=None):

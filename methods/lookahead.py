@@ -97,8 +97,7 @@ class Lookahead(TreeMethod):
         return 1 + (self.W + self.G) * (self.N - 1)
 
     # --- per turn ---
-    def prefill(self, state) -> torch.Tensor:
-        logits = super().prefill(state)
+    def draft_prefill(self, state, logits) -> None:
         g = torch.Generator().manual_seed(0)  # not the sampling generator: draws stay the same
         seed = torch.randint(state.n_prompt, (self.W,), generator=g)
         state.aux["window"] = [state.ids[seed.to(state.ids.device)].tolist()]
@@ -107,7 +106,6 @@ class Lookahead(TreeMethod):
             prompt = state.tokens.tolist()
             for i in range(len(prompt) - self.N + 1):
                 self._remember(state.aux["pool"], prompt[i], tuple(prompt[i + 1 : i + self.N]))
-        return logits
 
     def _remember(self, pool: dict, first: int, tail: tuple) -> None:
         """Keep the G most recent distinct tails per first token."""

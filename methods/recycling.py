@@ -102,10 +102,8 @@ class Recycling(TreeMethod):
             if len(self.snapshots) > SNAPSHOTS:
                 self.snapshots.popitem(last=False)
 
-    def prefill(self, state) -> torch.Tensor:
-        logits = super().prefill(state)
+    def draft_prefill(self, state, logits) -> None:
         self.adj[state.ids[state.length - 1]] = logits.topk(self.width).indices
-        return logits
 
     # --- per round ---
     def draft(self, state) -> TreeProposal:

@@ -129,12 +129,21 @@ class Sam(TreeMethod):
             self.fallback.start(state)
 
     def prefill(self, state) -> torch.Tensor:
-        logits = (self.fallback or super()).prefill(state)
+        return (self.fallback or super()).prefill(state)
+
+    def draft_prefill(self, state, logits) -> None:
+        if self.fallback:
+            self.fallback.draft_prefill(state, logits)
         prompt = state.tokens.tolist()
         state.aux["sam"] = SuffixAutomaton(prompt)
         if self.static:
             state.aux["static_match"] = self.static.match(prompt)
-        return logits
+
+    def calibrate(self, costs: dict) -> bool:
+        return self.fallback.calibrate(costs) if self.fallback else False
+
+    def observe(self, state, proposal, acc) -> None:
+        (self.fallback or super()).observe(state, proposal, acc)
 
     # --- per round ---
     def _match(self, state) -> tuple[list[int], int]:

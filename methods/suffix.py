@@ -240,10 +240,8 @@ class Suffix(TreeMethod):
             self.responses.drop(key)
         state.aux["prompt_key"] = key
 
-    def prefill(self, state) -> torch.Tensor:
-        logits = super().prefill(state)
+    def draft_prefill(self, state, logits) -> None:
         state.aux["local"] = SuffixAutomaton(state.tokens.tolist(), count_depth=self.max_depth)
-        return logits
 
     def finish(self, state) -> None:
         self.responses.add(
