@@ -99,8 +99,10 @@ def write_answers(out: Path, records_path: Path, tokenizer, model_name: str) -> 
     folder = out / "answers"
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
+    ran = (r.get("method_run") for r in records if r["role"] == "baseline")
+    base = next(ran, None) or "ar"  # ar, or hf_ar for transformers' own modes
     for role in ROLES:
-        name = "ar" if role == "baseline" else method
+        name = base if role == "baseline" else method
         lines = answer_lines(records, role, tokenizer, f"{model_name}-{name}")
         paths[role] = folder / file_name(role, method)
         paths[role].write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")

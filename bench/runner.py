@@ -61,8 +61,8 @@ class Runner:
             cfg.k,
             frozenset(self.eos),
         )
-        self.baseline = build_method("ar", self.ctx)
         self.method = build_method(cfg.method, self.ctx)
+        self.baseline = build_method(self.method.baseline, self.ctx)  # ar; hf_ar for hf_*
         self.setup_s["methods_and_prompts"] = round(time.perf_counter() - t1, 2)
         self.prompts, self.skipped = lifecycle.fit_prompts(
             cfg, self.prompts, self.tokenizer, lifecycle.context_limit(self.target.config)

@@ -60,6 +60,7 @@ class Method:
     """Base class; subclasses set `name` and override the phases they change."""
 
     name = "base"
+    baseline = "ar"  # the method the run interleaves as its baseline (conf/method/<baseline>)
     lossless = True  # False: an accept rule that may change the output (Medusa's typical)
 
     def __init__(self, cfg, ctx):

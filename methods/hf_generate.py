@@ -17,6 +17,7 @@ ENGINE = "hf"  # the only engine these methods run on (bench.config.validate)
 
 class HFGenerate(Method):
     whole_turn = True  # bench.loop hands the turn to bench.wholeturn.generate_whole
+    baseline = "hf_ar"  # transformers' plain generate() under the same hooks, not our loop
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -27,7 +28,10 @@ class HFGenerate(Method):
                 f"method={cfg.name} runs transformers' generate() and needs "
                 f"engine=hf (the transformers model); engine={ctx.target.name} has none"
             )
-        self.k = self.chain_k()
+        self.k = self.draft_length()
+
+    def draft_length(self) -> int:
+        return self.chain_k()
 
     def generate_kwargs(self) -> dict:
         """The `generate()` arguments that select this speculative mode."""

@@ -3,6 +3,7 @@ by bench.wholeturn under our clock, budget and EOS rule, and exact against our `
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 from conftest import tiny_llama
@@ -153,3 +154,34 @@ def test_peer_runs_beside_ours_on_cli(tiny_target_dir, tmp_path):
     assert s.exact_match.iloc[0] == 1.0 and s.tau.iloc[0] >= 1.0
     env = json.loads((out / "env.json").read_text())
     assert env["engine_choice"]["engine_reason"] == "auto: method=hf_pld runs on engine=hf"
+
+
+def test_transformers_modes_are_measured_against_transformers_plain_generate(
+    tiny_target_dir, tmp_path
+):
+    """hf_pld's baseline is hf_ar: transformers' own plain generate() under the same hooks and
+    clock, not our loop; every other method's stays ar."""
+    from conftest import compose
+
+    from bench.runner import execute
+
+    args = [
+        "model=hf",
+        f"model.target={tiny_target_dir}",
+        "model.dtype=float32",
+        "device=cpu",
+        "task=code",
+        "limit=2",
+        "max_new_tokens=16",
+        "repeats=1",
+        "warmup=0",
+        "remeasure=0",
+    ]
+    summary, path, _ = execute(compose(["method=hf_pld", *args, f"out={tmp_path}"]), tmp_path)
+    recs = pd.read_json(path, lines=True)
+    base = recs[recs.role == "baseline"]
+    assert set(base.method_run) == {"hf_ar"} and (base.target_forwards == base.new_tokens).all()
+    assert summary.exact_match.iloc[0] == 1.0  # the same tokens as plain generate()
+    other = tmp_path / "ngram"
+    _, path, _ = execute(compose(["method=ngram", *args, f"out={other}"]), other)
+    assert set(pd.read_json(path, lines=True).query("role == 'baseline'").method_run) == {"ar"}

@@ -132,6 +132,8 @@ NO_CASE = {  # (method, knob): why no value of the knob's type can be wrong
     ("hf_assisted", "engine"): "names the engine the method needs: the method=hf_pld/engine=lean "
     "rule above",
     ("hf_pld", "engine"): "as hf_assisted's",
+    ("hf_ar", "engine"): "as hf_assisted's",
+    ("hf_ar", "k"): "hf_ar drafts nothing, as ar",
     ("suffix", "max_spec_offset"): "any real: a negative offset asks for longer matches",
     ("lookahead", "pool_from_prompt"): "true or false (the type check below)",
     ("recycling", "hot_start"): "true or false (the type check below)",

@@ -276,7 +276,8 @@ def time_breakdown(records: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     rec = records if temps.empty else records[records.temperature == temps.min()]
     rec = rec.copy()
     base = rec.role == "baseline"
-    rec.loc[base, "method"], rec.loc[base, "k"] = "ar", 0
+    ran = rec["method_run"] if "method_run" in rec else pd.Series("ar", index=rec.index)
+    rec.loc[base, "method"], rec.loc[base, "k"] = ran[base].fillna("ar"), 0  # ar, or hf_ar
     rec = with_labels(rec[rec.wall_s > 0])
     rows = []
     for label, g in rec.groupby("label", sort=False):
