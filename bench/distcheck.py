@@ -70,6 +70,43 @@ def bonferroni(pvalues: list[float]) -> float:
     return min(1.0, len(pvalues) * min(pvalues)) if pvalues else 1.0
 
 
+class ForcedRejection:
+    """`method` with every round's depth-1 draft tokens replaced by the target's least likely
+    token (probability ~0: the round rejects it and resamples), so every position after the
+    first comes after a rejection and its rollback, in rounds 1, 2, 3, ... The drafter keeps
+    its own state; the replaced tokens are proposed as point masses, so the accept rule stays
+    exact and the law of the output is the baseline's."""
+
+    def __init__(self, method):
+        self.inner = method
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def draft(self, state):
+        proposal = self.inner.draft(state)
+        if proposal.tokens.numel() == 0:
+            return proposal
+        ctx = state.tokens[None]  # a fresh forward: the method's caches stay untouched
+        logits = self.inner.target.forward(ctx, self.inner.target.new_cache(ctx.shape[1]))
+        bad = int(logits.logits[0, -1].argmin())
+        n, layout = proposal.tokens.numel(), getattr(proposal, "layout", None)
+        if layout is None:  # a chain: its first token
+            first = torch.arange(n, device=proposal.tokens.device) == 0
+        else:  # a tree: every depth-1 node of the draft (lookahead's window stays)
+            first = torch.tensor(
+                [i < proposal.n_draft and layout.parents[i] < 0 for i in range(n)],
+                device=proposal.tokens.device,
+            )
+        proposal.tokens = torch.where(first, bad, proposal.tokens)
+        if proposal.q is not None:  # a point mass on `bad` where replaced
+            q = proposal.q.clone()
+            q[first[: q.shape[0]]] = 0
+            q[first[: q.shape[0]], bad] = 1
+            proposal.q = q
+        return proposal
+
+
 def continuations(
     method,
     ids: list[int],
@@ -97,6 +134,21 @@ def continuations(
         drafted += res.drafted_tokens
         accepted += res.accepted_tokens
     return out, {"drafted_tokens": drafted, "accepted_tokens": accepted}
+
+
+def position_tests(base: list, meth: list, positions: int, label: str) -> list[dict]:
+    """Per position j: the token y_j and, for j ≥ 2, the prefix (y_1..y_j), baseline against
+    method (two_sample_pvalue)."""
+    tests = []
+    for j in range(positions):
+        p, bins = two_sample_pvalue([s[j] for s in base], [s[j] for s in meth])
+        tests.append({"test": f"{label}token {j + 1}", "pvalue": p, "bins": bins})
+        if j:
+            p, bins = two_sample_pvalue(
+                [tuple(s[: j + 1]) for s in base], [tuple(s[: j + 1]) for s in meth]
+            )
+            tests.append({"test": f"{label}prefix 1..{j + 1}", "pvalue": p, "bins": bins})
+    return tests
 
 
 def run(
@@ -132,15 +184,13 @@ def run(
     )
     base, _ = continuations(baseline, ids, "baseline", prompt_id, **draw)
     meth, stats = continuations(method, ids, "method", prompt_id, **draw)
-    tests = []
-    for j in range(positions):
-        p, bins = two_sample_pvalue([s[j] for s in base], [s[j] for s in meth])
-        tests.append({"test": f"token {j + 1}", "pvalue": p, "bins": bins})
-        if j:
-            p, bins = two_sample_pvalue(
-                [tuple(s[: j + 1]) for s in base], [tuple(s[: j + 1]) for s in meth]
-            )
-            tests.append({"test": f"prefix 1..{j + 1}", "pvalue": p, "bins": bins})
+    tests = position_tests(base, meth, positions, "")
+    if not getattr(method, "whole_turn", False):  # transformers' generate() cannot be forced
+        # every round rejecting its draft: positions 2.. come after rollbacks, rounds 1, 2, ...
+        forced = dict(draw, positions=positions + 1)
+        fb, _ = continuations(baseline, ids, "baseline-forced", prompt_id, **forced)
+        fm, _ = continuations(ForcedRejection(method), ids, "method-forced", prompt_id, **forced)
+        tests += position_tests(fb, fm, positions + 1, "after forced rejections: ")
     pvalue = bonferroni([t["pvalue"] for t in tests])
     evidence = {
         "prompt_id": prompt_id,

@@ -155,6 +155,9 @@ def test_check_distribution_passes_a_lossless_method(
         "prefix 1..2",
         "token 3",
         "prefix 1..3",
+        *("after forced rejections: " + t for t in ("token 1", "token 2", "prefix 1..2")),
+        *("after forced rejections: " + t for t in ("token 3", "prefix 1..3")),
+        *("after forced rejections: " + t for t in ("token 4", "prefix 1..4")),
     ]
     # up to 1..2 there are enough samples to compare (1..3 is spread too thin: pooled, p = 1)
     assert min(t["bins"] for t in ev["tests"][:3]) >= 3
@@ -179,6 +182,32 @@ def test_check_distribution_catches_argmax_at_positive_temperature(
     summary, _, _ = execute(
         compose(["method=ngram", *tiny_run(tiny_target_dir, tmp_path)]), tmp_path
     )
+    assert summary.dist_pvalue.iloc[0] < 1e-3
+
+
+def test_check_distribution_catches_a_rollback_bug_from_round_two_on(
+    tiny_target_dir, tmp_path, monkeypatch
+):
+    """A method that, from its second verify round on, reads the verify one row too far (its
+    position bookkeeping not rolled back after a rejection): each round it accepts or resamples
+    from the logits after the drafted token instead of before it. The forced-rejection draws
+    put every position after the first behind such a rollback."""
+    real = NGram.accept
+
+    def off_by_one(self, state, proposal, logits):
+        state.aux["rounds"] = state.aux.get("rounds", 0) + 1
+        if state.aux["rounds"] >= 2 and proposal.tokens.numel():
+            logits = torch.cat([logits[1:], logits[-1:]])
+        return real(self, state, proposal, logits)
+
+    monkeypatch.setattr(NGram, "accept", off_by_one)
+    summary, _, _ = execute(
+        compose(["method=ngram", *tiny_run(tiny_target_dir, tmp_path, "dist_samples=1500")]),
+        tmp_path,
+    )
+    ev = json.loads((tmp_path / "distcheck.json").read_text())
+    forced = [t["pvalue"] for t in ev["tests"] if t["test"].startswith("after forced")]
+    assert min(forced) * len(ev["tests"]) < 1e-3  # the forced-rejection draws see it
     assert summary.dist_pvalue.iloc[0] < 1e-3
 
 
