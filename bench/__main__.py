@@ -23,6 +23,7 @@ from bench.table import progress_bar
 from groundfloor.errors import UserError
 
 SHARED: dict = {}  # engines loaded by earlier cells of this process: a sweep loads each once
+OUTSIDE: dict = {}  # seconds outside the measured turns, by part, summed over this process's cells
 
 
 def fail(msg: str) -> None:
@@ -65,8 +66,21 @@ def run(cfg: DictConfig) -> None:
         f"dtype={row.get('dtype', '?')} · {out}{partial}{skipped}",
         Console(width=None if sys.stdout.isatty() else 200),
     )
+    if runner is not None:
+        print(outside_line(runner.setup_s), file=sys.stderr)
     if partial:  # Ctrl-C: the finished prompts are summarised; stop here (and stop a sweep)
         sys.exit(130)
+
+
+def outside_line(setup_s: dict) -> str:
+    """This cell's time outside its measured turns, by part, and the sweep's running total."""
+    for part, sec in setup_s.items():
+        OUTSIDE[part] = OUTSIDE.get(part, 0.0) + sec
+    split = lambda d: ", ".join(f"{k} {v:.1f} s" for k, v in d.items())  # noqa: E731
+    return (
+        f"outside the measured turns: {sum(setup_s.values()):.1f} s ({split(setup_s)}); "
+        f"this sweep so far {sum(OUTSIDE.values()):.1f} s ({split(OUTSIDE)})"
+    )
 
 
 def local_parallel(launcher: dict) -> bool:

@@ -214,3 +214,13 @@ def test_interrupted_run_keeps_finished_prompts(tiny_target_dir, tmp_path, monke
         runner.run()
     recs = [json.loads(line) for line in open(tmp_path / "records.jsonl")]
     assert {r["prompt_id"] for r in recs} == {runner.prompts[0].id}
+
+
+def test_each_cell_reports_its_time_outside_the_measured_turns_and_the_sweeps_total():
+    from bench import __main__ as cli
+
+    cli.OUTSIDE.clear()
+    first = cli.outside_line({"engine_load": 2.0, "warmup": 1.5})
+    assert first.startswith("outside the measured turns: 3.5 s (engine_load 2.0 s, warmup 1.5 s)")
+    second = cli.outside_line({"engine_load": 0.1, "warmup": 1.0})
+    assert "this sweep so far 4.6 s (engine_load 2.1 s, warmup 2.5 s)" in second
