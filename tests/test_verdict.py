@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pandas as pd
@@ -21,36 +22,38 @@ def test_rounding_step_follows_the_dtype():
     assert rounding_step(torch.tensor([20.0])) < 1e-5
 
 
+def one_wrong_token(acc: Accepted) -> Accepted:
+    """A broken method's round: its first emitted token changed."""
+    return dataclasses.replace(acc, tokens=[(acc.tokens[0] + 1) % 128] + acc.tokens[1:])
+
+
+def dialog_run(target_dir, out, repeats: int) -> list[str]:
+    return [
+        "method=ngram",
+        "model=hf",
+        f"model.target={target_dir}",
+        "model.dtype=float32",
+        "device=cpu",
+        "task=dialog",
+        "limit=1",
+        "max_new_tokens=6",
+        f"repeats={repeats}",
+        "warmup=0",
+        "remeasure=0",
+        f"out={out}",
+    ]
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_turns_after_a_divergence_are_labelled(tiny_target_dir, tmp_path, monkeypatch):
     real = NGram.accept
 
     def wrong_first_token(self, state, proposal, logits):  # a broken method: one wrong token
         acc = real(self, state, proposal, logits)
-        if state.length == state.n_prompt + 1:
-            acc = Accepted(
-                tokens=[(acc.tokens[0] + 1) % 128] + acc.tokens[1:],
-                n_draft_accepted=acc.n_draft_accepted,
-                drafted=acc.drafted,
-                depth=acc.depth,
-            )
-        return acc
+        return one_wrong_token(acc) if state.length == state.n_prompt + 1 else acc
 
     monkeypatch.setattr(NGram, "accept", wrong_first_token)
-    args = [
-        "method=ngram",
-        "model=hf",
-        f"model.target={tiny_target_dir}",
-        "model.dtype=float32",
-        "device=cpu",
-        "task=dialog",
-        "limit=1",
-        "max_new_tokens=6",
-        "repeats=1",
-        "warmup=0",
-        "remeasure=0",
-        f"out={tmp_path}",
-    ]
+    args = dialog_run(tiny_target_dir, tmp_path, repeats=1)
     summary, path, _ = execute(compose(args), tmp_path)
     recs = [json.loads(x) for x in open(path)]
     verdicts = [r["verdict"] for r in recs if r["role"] == "method"]
@@ -71,30 +74,12 @@ def test_a_divergence_on_a_later_repeat_is_caught(tiny_target_dir, tmp_path, mon
     def accept(self, state, proposal, logits):
         acc = real_accept(self, state, proposal, logits)
         if seen["turns"] == 3 and state.length == state.n_prompt + 1:  # repeat 1, turn 1
-            acc = Accepted(
-                tokens=[(acc.tokens[0] + 1) % 128] + acc.tokens[1:],
-                n_draft_accepted=acc.n_draft_accepted,
-                drafted=acc.drafted,
-                depth=acc.depth,
-            )
+            return one_wrong_token(acc)
         return acc
 
     monkeypatch.setattr(NGram, "start", start)
     monkeypatch.setattr(NGram, "accept", accept)
-    args = [
-        "method=ngram",
-        "model=hf",
-        f"model.target={tiny_target_dir}",
-        "model.dtype=float32",
-        "device=cpu",
-        "task=dialog",
-        "limit=1",
-        "max_new_tokens=6",
-        "repeats=2",
-        "warmup=0",
-        "remeasure=0",
-        f"out={tmp_path}",
-    ]
+    args = dialog_run(tiny_target_dir, tmp_path, repeats=2)
     summary, path, _ = execute(compose(args), tmp_path)
     recs = [json.loads(x) for x in open(path)]
     got = {(r["repeat"], r["turn"]): r["verdict"] for r in recs if r["role"] == "method"}
