@@ -108,7 +108,7 @@ BAD = [
     (
         ["method=eagle9"],
         "method='eagle9' is unknown; choose one of: ar, draft, eagle, eagle3, "
-        "hf_assisted, hf_pld, lookahead, medusa, ngram, oracle, recycling, sam, "
+        "hf_ar, hf_assisted, hf_pld, lookahead, medusa, ngram, oracle, recycling, sam, "
         "suffix",
     ),
     (
