@@ -14,7 +14,6 @@ from methods.hf_generate import HFGenerate
 
 class HFPlain(HFGenerate):
     name = "hf_ar"
-    baseline = "hf_ar"
 
     def draft_length(self) -> int:
         return 0  # drafts nothing

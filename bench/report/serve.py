@@ -28,10 +28,12 @@ def is_server(cells: pd.DataFrame) -> pd.Series:
     return cells.engine.astype(str).str.startswith("openai/")
 
 
+def _has(v) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
 def _f(v, fmt="{:.2f}") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return fmt.format(v)
+    return fmt.format(v) if _has(v) else "–"
 
 
 def _alpha(v) -> str:
@@ -117,10 +119,6 @@ PAIR_HEAD = [
     "α marginal per position, ours",
     "α marginal per position, server",
 ]
-
-
-def _has(v) -> bool:
-    return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
 def pairs_table(ours: pd.DataFrame, serve: pd.DataFrame) -> pd.DataFrame:
