@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from bench.interference import job_cpus
-from engines.cpu import FLAGS_THAT_MATTER, cpu_flags
+from engines.cpu import FLAGS_THAT_MATTER, cpu_flags, cpu_kind
 from groundfloor.paths import ROOT
 
 MB = 1e6
@@ -121,20 +121,26 @@ def unit_records(info: dict, prompt, names: dict, runs: dict, verdicts: list[dic
 
 
 def git_sha() -> str | None:
+    """HEAD's commit, with '-dirty' when tracked files differ from it (None outside git)."""
+    sha = (_git("rev-parse", "HEAD") or "").strip()
+    if not sha:
+        return None
+    return sha + ("-dirty" if dirty_files() else "")
+
+
+def dirty_files(root: Path = ROOT) -> list[str]:
+    """Tracked files that differ from HEAD (what makes a measurement not reproducible from the
+    commit it names)."""
+    out = _git("status", "--porcelain", "--untracked-files=no", root=root) or ""
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def _git(*args: str, root: Path = ROOT) -> str | None:
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-        return (sha + ("-dirty" if dirty else "")) or None
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
+    return done.stdout if done.returncode == 0 else None
 
 
 def cpu_name() -> str:
@@ -160,6 +166,7 @@ def env_info(device, target_spec: str, choice: dict, target, method, cost_curve:
         "host": platform.node(),
         "device": device.type,
         "cpu": cpu_name(),
+        "cpu_kind": cpu_kind(),
         "cpu_count": os.cpu_count(),
         "job_cpus": job_cpus()[1],  # the affinity set, capped by a cgroup quota
         "cpu_flags": sorted(cpu_flags_of_interest()),

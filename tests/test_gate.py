@@ -1,43 +1,61 @@
-"""The regression gate: verdict rules on hand-made summaries, and the gate end to end on a tiny
-model, where an unchanged tree passes and planted regressions (a baseline demanding more; a
-config that drafts fewer tokens) make it exit non-zero."""
+"""The regression gate: verdict rules on hand-made units, the refusals, and the gate end to end
+on a tiny model, where an unchanged tree passes and planted regressions (a baseline demanding
+more; a config that drafts fewer tokens) make it exit non-zero. Its power on the recorded noise:
+tests/test_gate_power.py."""
 
 from __future__ import annotations
 
 import json
+import math
+import subprocess
 
+import numpy as np
 import pytest
 import yaml
 
 from bench.config import group_options
 from bench.gate import run as gate
-from bench.gate.rules import Tolerances, compare, env_problems
+from bench.gate.rules import Tolerances, compare, env_problems, power, threshold
+from bench.records import dirty_files
 from groundfloor.errors import UserError
 
 TOL = Tolerances(tau_tol=0.02, exact_match_tol=0.0, speedup_tol=0.15)
+N = 16
+IDS = {f"p{i}/0": [i, i + 1, i + 2] for i in range(N)}
+
+
+def units(speedup: float, noise: float = 0.02, forwards: int = 3, seed: int = 0, ids=IDS):
+    """N units of 3 new tokens each, log pair ratios log(speedup) + N(0, noise²)."""
+    e = np.random.default_rng(seed).normal(0, noise, N)
+    return {
+        u: {
+            "log_ratio": math.log(speedup) + float(e[i]),
+            "repeats": [math.log(speedup) + float(e[i])] * 2,
+            "new_tokens": 3,
+            "forwards": forwards,
+            "ids": list(v),
+            "reference": list(IDS[u]),
+        }
+        for i, (u, v) in enumerate(ids.items())
+    }
+
+
+def cell(speedup, forwards=3, exact=1.0, seed=0, noise=0.02, ids=IDS):
+    return {
+        "summary": {"exact_match": exact},
+        "units": units(speedup, noise, forwards, seed, ids),
+    }
+
+
 BASE = {
-    "ar": {
-        "tau": 1.0,
-        "exact_match": 1.0,
-        "speedup": 1.0,
-        "speedup_ci_low": 0.95,
-        "speedup_ci_high": 1.05,
-    },
-    "ngram": {
-        "tau": 2.0,
-        "exact_match": 1.0,
-        "speedup": 1.6,
-        "speedup_ci_low": 1.4,
-        "speedup_ci_high": 1.8,
-    },
+    "outputs": IDS,
+    "methods": {"ar": cell(1.0, forwards=3), "ngram": cell(1.6, forwards=2)},
 }
 
 
-def now(**changes):
-    out = json.loads(json.dumps(BASE))
-    for key, value in changes.items():
-        method, metric = key.split("__")
-        out[method][metric] = value
+def now(seed=1, **cells):
+    out = {"ar": cell(1.0, forwards=3, seed=seed), "ngram": cell(1.6, forwards=2, seed=seed + 7)}
+    out.update(cells)
     return out
 
 
@@ -55,38 +73,53 @@ def test_unchanged_passes():
 
 
 def test_tau_drop_beyond_tolerance_fails():
-    assert failed(compare(BASE, now(ngram__tau=2.0 * 0.97), TOL)) == ["ngram"]
-    assert failed(compare(BASE, now(ngram__tau=2.0 * 0.99), TOL)) == []  # within 2%
+    # ngram now needs 3 forwards per unit instead of 2: τ 1.5 → 1.0
+    assert failed(compare(BASE, now(ngram=cell(1.6, forwards=3, seed=8)), TOL)) == ["ngram"]
 
 
-def test_any_exact_match_drop_fails():
-    rows = compare(BASE, now(ngram__exact_match=0.75), TOL)
+def test_any_exact_match_drop_or_changed_token_fails():
+    rows = compare(BASE, now(ngram=cell(1.6, forwards=2, exact=0.75, seed=8)), TOL)
     assert verdicts(rows)[("ngram", "exact_match")] == "REGRESSION"
-    assert failed(compare(BASE, now(ngram__exact_match=None), TOL)) == ["ngram"]
+    changed = dict(IDS, **{"p3/0": [9, 9, 9]})
+    rows = compare(BASE, now(ngram=cell(1.6, forwards=2, seed=8, ids=changed)), TOL)
+    assert verdicts(rows)[("ngram", "tokens")] == "REGRESSION"
+    assert verdicts(rows)[("ngram", "exact_match")] == "ok"
 
 
-def test_speedup_fails_only_when_interval_lies_below_tolerance():
-    # point estimate far down but the interval still reaches the floor 1.6 × 0.85 = 1.36: noise
-    noisy = now(ngram__speedup=1.1, ngram__speedup_ci_low=0.7, ngram__speedup_ci_high=1.4)
+def test_a_15_percent_slowdown_fails_and_noise_does_not():
+    rows = compare(BASE, now(ngram=cell(1.6 * 0.85, forwards=2, seed=8)), TOL)
+    assert verdicts(rows)[("ngram", "speedup")] == "REGRESSION"
+    rows = compare(BASE, now(ngram=cell(1.6 * 0.97, forwards=2, seed=8)), TOL)
+    assert verdicts(rows)[("ngram", "speedup")] == "ok"  # 3%: inside the threshold
+
+
+def test_threshold_follows_the_measured_noise():
+    half = -math.log(0.85) / 2
+    assert threshold(0.001, 0.15) == pytest.approx(half)  # quiet: halfway to the drop to catch
+    assert threshold(0.1, 0.15) == pytest.approx(1.6449 * 0.1, rel=1e-3)  # noisy: 5% false alarms
+    assert power(0.01, 0.15) > 0.999 and 0.4 < power(0.1, 0.15) < 0.6  # t ≈ the drop itself
+    # a noisy AR-against-AR cell widens the threshold: the run is "underpowered", not failed
+    noisy = now(ar=cell(1.0, forwards=3, seed=1, noise=0.5), ngram=cell(1.6 * 0.9, 2, seed=8))
+    assert verdicts(compare(BASE, noisy, TOL))[("ngram", "speedup")] == "underpowered"
     assert failed(compare(BASE, noisy, TOL)) == []
-    slow = now(ngram__speedup=1.2, ngram__speedup_ci_low=1.1, ngram__speedup_ci_high=1.3)
-    assert verdicts(compare(BASE, slow, TOL))[("ngram", "speedup")] == "REGRESSION"
 
 
 def test_rises_pass_and_are_reported():
-    rows = compare(
-        BASE,
-        now(
-            ngram__tau=2.5,
-            ngram__speedup=2.5,
-            ngram__speedup_ci_low=2.2,
-            ngram__speedup_ci_high=2.8,
-        ),
-        TOL,
-    )
+    rows = compare(BASE, now(ngram=cell(2.5, forwards=1, seed=8)), TOL)
     assert failed(rows) == []
     assert verdicts(rows)[("ngram", "tau")] == "better"
     assert verdicts(rows)[("ngram", "speedup")] == "better"
+
+
+def test_another_cpu_kind_checks_tokens_but_does_not_gate_speedup():
+    other = dict(IDS, **{"p2/0": [7, 7, 7]})  # this machine's AR stream differs on one unit
+    run = now(ngram=cell(1.6 * 0.5, forwards=2, seed=8))
+    for c in run.values():
+        c["units"]["p2/0"]["reference"] = c["units"]["p2/0"]["ids"] = other["p2/0"]
+    rows = compare(BASE, run, TOL, same_kind=False)
+    v = verdicts(rows)
+    assert v[("ngram", "speedup")] == "not gated" and v[("ngram", "tokens")] == "ok"
+    assert failed(rows) == [] and "1 left out" in rows[0].rule
 
 
 def test_missing_method_fails_and_new_method_passes():
@@ -94,18 +127,16 @@ def test_missing_method_fails_and_new_method_passes():
     del current["ngram"]
     rows = compare(BASE, current, TOL, skipped={"ngram": "needs a drafter"})
     assert failed(rows) == ["ngram"] and "needs a drafter" in rows[-1].rule
-    current = now()
-    current["eagle"] = dict(current["ngram"])
-    rows = compare(BASE, current, TOL)
+    rows = compare(BASE, now(eagle=cell(1.2)), TOL)
     assert failed(rows) == [] and verdicts(rows)[("eagle", "tau")] == "new"
 
 
 def test_baseline_from_another_model_blocks():
     blocking, notes = env_problems(
-        {"model": "a", "device": "cpu", "dtype": "float32", "cpu": "x"},
-        {"model": "b", "device": "cpu", "dtype": "float32", "cpu": "y"},
+        {"model": "a", "device": "cpu", "dtype": "float32", "torch": "1"},
+        {"model": "b", "device": "cpu", "dtype": "float32", "torch": "2"},
     )
-    assert len(blocking) == 1 and "model" in blocking[0] and "cpu" in notes[0]
+    assert len(blocking) == 1 and "model" in blocking[0] and "torch" in notes[0]
 
 
 def test_all_methods_come_from_the_config_group():
@@ -117,19 +148,61 @@ def test_all_methods_come_from_the_config_group():
 
 
 def test_committed_experiment_and_baseline_agree():
-    """gate.yaml is loadable, pins T=0 and its kernels on the CPU, and its baseline covers every
-    method the gate runs: a method that --update dropped (or that stopped running) fails here
-    instead of passing forever as "new"."""
+    """gate.yaml is loadable, pins T=0 and its kernels on the CPU, and every entry of its
+    baseline covers every method the gate runs on ≥ 16 units, measured from a commit (not a
+    modified tree): a method that --update dropped fails here instead of passing as "new"."""
     exp = gate.load_experiment(gate.EXPERIMENT)
     assert {"temperature=0", "model.weights=int8", "model.kernel=native", "device=cpu"} <= set(
         exp["overrides"]
     )
     base = json.loads(exp["baseline_path"].read_text())
-    assert base["overrides"] == exp["overrides"]
+    assert base["overrides"] == exp["overrides"] and base["machines"]
     gated = set(gate.method_names(exp))
-    assert set(base["methods"]) == gated, f"not in the baseline: {gated - set(base['methods'])}"
-    assert not base.get("skipped"), base.get("skipped")
-    assert base["methods"]["ar"]["tau"] == 1.0
+    for kind, entry in base["machines"].items():
+        assert set(entry["methods"]) == gated, f"{kind}: {gated ^ set(entry['methods'])}"
+        assert not entry.get("skipped"), entry.get("skipped")
+        assert entry["commit"] and not entry["commit"].endswith("-dirty")
+        assert len(entry["outputs"]) >= 16
+        for m, d in entry["methods"].items():
+            assert set(d["units"]) == set(entry["outputs"]), m
+            assert all(u["exact"] for u in d["units"].values()), m
+        assert all(
+            u["forwards"] == u["new_tokens"] for u in entry["methods"]["ar"]["units"].values()
+        )
+
+
+# --- refusals ------------------------------------------------------------------------------
+def test_dirty_files_names_modified_tracked_files(tmp_path):
+    git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "a")
+    (tmp_path / "new.py").write_text("untracked\n")
+    assert dirty_files(tmp_path) == []
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert dirty_files(tmp_path) == ["a.py"]
+
+
+def test_update_from_a_modified_tree_is_refused_before_measuring(experiment, monkeypatch):
+    monkeypatch.setattr(gate, "dirty_files", lambda: ["methods/ngram.py"])
+    monkeypatch.setattr(gate, "measure", lambda *a: pytest.fail("measured"))
+    with pytest.raises(UserError, match=r"modified tree \(methods/ngram.py\)"):
+        gate.gate(experiment, [], True, None)
+
+
+def test_a_gate_without_ar_is_refused(tmp_path):
+    path = tmp_path / "gate.yaml"
+    path.write_text(yaml.safe_dump({"overrides": [], "methods": ["ngram"]}))
+    with pytest.raises(UserError, match="must include ar"):
+        gate.gate(path, [], False, None)
+
+
+def test_method_overrides_must_be_lists(tmp_path):
+    path = tmp_path / "gate.yaml"
+    path.write_text(yaml.safe_dump({"overrides": [], "method_overrides": {"eagle": "k=1"}}))
+    with pytest.raises(UserError, match="method_overrides"):
+        gate.load_experiment(path)
 
 
 # --- end to end on the tiny model ---
@@ -147,7 +220,7 @@ def experiment(tiny_target_dir, tmp_path):
                     "task=code",
                     "limit=2",
                     "max_new_tokens=16",
-                    "repeats=2",
+                    "repeats=1",
                     "remeasure=0",
                     "warmup=0",
                     "temperature=0",
@@ -156,9 +229,10 @@ def experiment(tiny_target_dir, tmp_path):
                 "methods": ["ar", "ngram", "draft"],  # draft: skipped, no drafter configured
                 "method_overrides": {"ngram": ["method.max_n=3"]},
                 "baseline": "baseline.json",
+                "record_repeats": 2,
                 "tau_tol": 0.02,
                 "exact_match_tol": 0.0,
-                # tiny-model timings are noise; τ and exact_match are the plants
+                # tiny-model timings are noise; τ, the tokens and exact_match are the plants
                 "speedup_tol": 0.9,
             }
         )
@@ -166,16 +240,20 @@ def experiment(tiny_target_dir, tmp_path):
     return path
 
 
-def test_gate_end_to_end(experiment, capsys):
+def test_gate_end_to_end(experiment, capsys, monkeypatch):
+    monkeypatch.setattr(gate, "dirty_files", lambda: [])  # the checkout under test may be edited
     baseline = experiment.parent / "baseline.json"
     assert gate.main(["--experiment", str(experiment)]) == 2  # no baseline yet
     assert gate.main(["--experiment", str(experiment), "--update"]) == 0
+    assert "simulated runs" in capsys.readouterr().out
     doc = json.loads(baseline.read_text())
-    assert set(doc["methods"]) == {"ar", "ngram"} and "draft" in doc["skipped"]
+    ((kind, entry),) = doc["machines"].items()
+    assert set(entry["methods"]) == {"ar", "ngram"} and "draft" in entry["skipped"]
     assert doc["method_overrides"] == {"ngram": ["method.max_n=3"]}
-    assert doc["methods"]["ngram"]["tau"] > 1.0
+    ngram = entry["methods"]["ngram"]["units"]
+    assert len(ngram) == 2 and all(len(u["repeats"]) == 2 for u in ngram.values())
+    assert sum(u["new_tokens"] for u in ngram.values()) > sum(u["forwards"] for u in ngram.values())
 
-    capsys.readouterr()
     assert gate.main(["--experiment", str(experiment)]) == 0  # unchanged tree: passes
     out = capsys.readouterr().out
     assert "PASS" in out and "ngram" in out and "REGRESSION" not in out
@@ -185,16 +263,15 @@ def test_gate_end_to_end(experiment, capsys):
     out = capsys.readouterr().out
     assert "REGRESSION" in out and "FAIL: regression in ngram" in out
 
-    # planted: a baseline demanding more τ and speedup than the tree delivers
-    doc["methods"]["ngram"]["tau"] *= 1.1
-    doc["methods"]["ar"]["speedup"] *= 100
+    # planted: a baseline demanding more τ, other tokens, and ×100 the AR cell's speedup
+    for u in ngram.values():
+        u["forwards"] -= 1
+    first = next(iter(entry["outputs"]))
+    entry["outputs"][first] = [0] * len(entry["outputs"][first])
+    for u in entry["methods"]["ar"]["units"].values():
+        u["log_ratio"] += math.log(100)
     baseline.write_text(json.dumps(doc))
     assert gate.main(["--experiment", str(experiment)]) == 1
-    assert "FAIL: regression in ar, ngram" in capsys.readouterr().out
-
-
-def test_method_overrides_must_be_lists(tmp_path):
-    path = tmp_path / "gate.yaml"
-    path.write_text(yaml.safe_dump({"overrides": [], "method_overrides": {"eagle": "k=1"}}))
-    with pytest.raises(UserError, match="method_overrides"):
-        gate.load_experiment(path)
+    out = capsys.readouterr().out
+    assert "FAIL: regression in ar, ngram" in out
+    assert out.count("REGRESSION") >= 4  # τ, tokens (both methods) and the AR cell's speedup

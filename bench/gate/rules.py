@@ -1,10 +1,23 @@
-"""The regression gate's verdicts: pure functions from (baseline, now, tolerances) to rows.
+"""The regression gate's verdicts: pure functions from (baseline units, units now, noise) to rows.
 
-Per method, from its overall summary row (task='all'):
-    τ            deterministic at T = 0: fails when  now < baseline × (1 − tau_tol)
-    exact_match  deterministic at T = 0: fails when  now < baseline − exact_match_tol
-    speedup      noisy (wall clock): fails only when the whole 95% interval lies below the
-                 tolerated floor, i.e.  now.ci_high < baseline × (1 − speedup_tol)
+Per method, on the units (prompt × turn) both runs measured:
+    tokens       deterministic at T = 0: every unit's output ids equal the committed outputs.
+                 On a CPU kind the baseline was not recorded on, a unit whose reference stream
+                 (the AR side of this run) differs from the committed one is left out, and said so.
+    exact_match  this run's own greedy check (method against its interleaved AR): any drop fails
+    tau          Σ new tokens ÷ Σ target forwards over the compared units: fails below
+                 baseline × (1 − tau_tol); deterministic when the outputs are.
+    speedup      the mean over units of the paired change in log pair ratio,
+                     D = mean_u [log r_u(now) − log r_u(baseline)],
+                 fails when D < −t. The noise of D comes from the `ar` cell of each run (AR
+                 against AR: per-unit log ratios whose spread is pure measurement noise):
+                     SE = √((s_now² + s_baseline²) / n)
+                     t  = max(z_0.95 · SE, |log(1 − speedup_tol)| / 2)
+                 i.e. at most 5% false alarms at the measured noise, and the threshold halfway to
+                 the regression the gate must catch (speedup_tol) when the noise is small enough
+                 for both. power = P(D < −t | a slowdown of speedup_tol) is printed; below 90%
+                 the row says "underpowered" instead of passing silently. Only compared against a
+                 baseline of the same CPU kind (engines.cpu.cpu_kind); elsewhere reported.
 A method in the baseline that did not run now fails ("missing"); a method that ran but has no
 baseline yet passes as "new" (record it with --update). Rises are reported, never failed.
 """
@@ -13,27 +26,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
-METRICS = (
-    "tau",
-    "exact_match",
-    "speedup",
-    "speedup_ci_low",
-    "speedup_ci_high",
-    "tokens_per_s",
-    "baseline_tokens_per_s",
-    "mismatches",
-    "near_ties",
-    "n_prompts",
-    "k",
-)
+import numpy as np
+
+Z95 = NormalDist().inv_cdf(0.95)
 
 
 @dataclass(frozen=True)
 class Tolerances:
     tau_tol: float = 0.02  # relative drop of τ allowed
     exact_match_tol: float = 0.0  # absolute drop of exact_match allowed
-    speedup_tol: float = 0.15  # relative drop of speedup allowed below the baseline's point value
+    speedup_tol: float = 0.15  # the end-to-end slowdown the gate must catch
 
     @classmethod
     def from_dict(cls, d: dict) -> "Tolerances":
@@ -48,7 +52,7 @@ class Row:
     baseline: float | None
     now: float | None
     rule: str
-    verdict: str  # ok | better | REGRESSION | missing | new
+    verdict: str  # ok | better | REGRESSION | missing | new | underpowered | not gated
 
     @property
     def failed(self) -> bool:
@@ -58,8 +62,8 @@ class Row:
     def change(self) -> float | None:
         if _missing(self.baseline) or _missing(self.now):
             return None
-        if self.metric == "exact_match":
-            return self.now - self.baseline  # absolute: a fraction of prompts
+        if self.metric in ("exact_match", "tokens"):
+            return self.now - self.baseline  # absolute: a fraction of units
         return (self.now - self.baseline) / self.baseline if self.baseline else None
 
 
@@ -67,12 +71,95 @@ def _missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def check_tau(method: str, base: dict, now: dict, tol: Tolerances) -> Row:
-    b, n = base.get("tau"), now.get("tau")
-    floor = None if _missing(b) else b * (1 - tol.tau_tol)
+# --- the speedup rule --------------------------------------------------------------------------
+def noise_sd(ar_units: dict[str, dict]) -> float:
+    """Spread (sample sd) of the AR-against-AR cell's per-unit log pair ratios."""
+    x = np.array([u["log_ratio"] for u in ar_units.values()], dtype=float)
+    return float(x.std(ddof=1)) if len(x) > 1 else float("nan")
+
+
+def threshold(se: float, tol: float) -> float:
+    """t of the rule above (a positive log change)."""
+    return max(Z95 * se, -math.log(1 - tol) / 2)
+
+
+def power(se: float, tol: float) -> float:
+    """P(the rule fails a run whose tokens/s dropped by `tol`), D ~ N(log(1 − tol), SE²)."""
+    drop = -math.log(1 - tol)
+    return NormalDist().cdf((drop - threshold(se, tol)) / se) if se > 0 else 1.0
+
+
+def paired_change(base: dict[str, dict], now: dict[str, dict]) -> tuple[float, int]:
+    """(D, n): mean paired change in log pair ratio over the units both measured."""
+    common = sorted(set(base) & set(now))
+    if not common:
+        return float("nan"), 0
+    d = [now[u]["log_ratio"] - base[u]["log_ratio"] for u in common]
+    return float(np.mean(d)), len(common)
+
+
+def fails_speedup(d: float, n: int, s_now: float, s_base: float, tol: float) -> bool:
+    se = math.sqrt((s_now**2 + s_base**2) / n)
+    return d < -threshold(se, tol)
+
+
+def geo_speedup(units: dict[str, dict]) -> float | None:
+    return math.exp(np.mean([u["log_ratio"] for u in units.values()])) if units else None
+
+
+def check_speedup(
+    method: str, base: dict, now: dict, noise: tuple[float, float], tol: Tolerances
+) -> Row:
+    """base/now: {unit: {log_ratio, ...}}; noise: (s_now, s_baseline) of the two runs' ar cells."""
+    d, n = paired_change(base, now)
+    b, m = geo_speedup(base), geo_speedup(now)
+    if n < 2 or any(_missing(s) for s in noise):
+        return Row(method, "speedup", b, m, f"{n} common units: not compared", "REGRESSION")
+    se = math.sqrt((noise[0] ** 2 + noise[1] ** 2) / n)
+    t = threshold(se, tol.speedup_tol)
+    p = power(se, tol.speedup_tol)
+    rule = (
+        f"paired change {math.exp(d) - 1:+.1%} ≥ {math.exp(-t) - 1:.1%} "
+        f"({n} units, SE {se:.3f}, power {p:.0%} at −{tol.speedup_tol:.0%})"
+    )
+    if d < -t:
+        return Row(method, "speedup", b, m, rule, "REGRESSION")
+    if p < 0.9:
+        return Row(method, "speedup", b, m, rule, "underpowered")
+    return Row(method, "speedup", b, m, rule, "better" if d > t else "ok")
+
+
+# --- the deterministic checks -----------------------------------------------------------------
+def compared_units(outputs: dict[str, list], now: dict[str, dict], same_kind: bool) -> list[str]:
+    """Units whose output can be checked: all on the baseline's CPU kind; elsewhere those whose
+    reference stream (this run's AR side) equals the committed output."""
+    units = sorted(set(outputs) & set(now))
+    return units if same_kind else [u for u in units if now[u]["reference"] == outputs[u]]
+
+
+def check_tokens(method: str, outputs: dict, now: dict, units: list[str]) -> Row:
+    same = sum(now[u]["ids"] == outputs[u] for u in units)
+    left = len(set(outputs) & set(now)) - len(units)
+    rule = f"all {len(units)} units equal the committed ids" + (
+        f" ({left} left out: this CPU's AR stream differs)" if left else ""
+    )
+    if not units:
+        return Row(method, "tokens", None, None, rule, "REGRESSION")
+    verdict = "ok" if same == len(units) else "REGRESSION"
+    return Row(method, "tokens", 1.0, same / len(units), rule, verdict)
+
+
+def tau_over(units: dict[str, dict], keys: list[str]) -> float | None:
+    fwd = sum(units[u]["forwards"] for u in keys)
+    return sum(units[u]["new_tokens"] for u in keys) / fwd if fwd else None
+
+
+def check_tau(method: str, base: dict, now: dict, units: list[str], tol: Tolerances) -> Row:
+    b, n = tau_over(base, units), tau_over(now, units)
+    floor = None if b is None else b * (1 - tol.tau_tol)
     rule = f"≥ {floor:.3f} (−{tol.tau_tol:.0%})" if floor is not None else "–"
-    if floor is None or _missing(n):
-        return Row(method, "tau", b, n, rule, "ok" if _missing(b) else "REGRESSION")
+    if floor is None or n is None:
+        return Row(method, "tau", b, n, rule, "REGRESSION")
     verdict = "REGRESSION" if n < floor else "better" if n > b * (1 + tol.tau_tol) else "ok"
     return Row(method, "tau", b, n, rule, verdict)
 
@@ -88,59 +175,69 @@ def check_exact(method: str, base: dict, now: dict, tol: Tolerances) -> Row:
     return Row(method, "exact_match", b, n, rule, "better" if n > b + 1e-9 else "ok")
 
 
-def check_speedup(method: str, base: dict, now: dict, tol: Tolerances) -> Row:
-    b, hi = base.get("speedup"), now.get("speedup_ci_high")
-    n = now.get("speedup")
-    if _missing(b):
-        return Row(method, "speedup", b, n, "–", "ok")
-    floor = b * (1 - tol.speedup_tol)
-    rule = f"95% CI high ≥ {floor:.2f} (−{tol.speedup_tol:.0%})"
-    if _missing(hi) or hi < floor:
-        return Row(method, "speedup", b, n, rule, "REGRESSION")
-    lo = now.get("speedup_ci_low")
-    better = not _missing(lo) and lo > b * (1 + tol.speedup_tol)
-    return Row(method, "speedup", b, n, rule, "better" if better else "ok")
-
-
+# --- all rows ---------------------------------------------------------------------------------
 def compare(
-    baseline: dict[str, dict],
+    base: dict,
     now: dict[str, dict],
     tol: Tolerances,
     skipped: dict[str, str] | None = None,
+    same_kind: bool = True,
 ) -> list[Row]:
-    """Rows for every method in the baseline or measured now (baseline order, then new ones)."""
+    """Rows for every method in the baseline or measured now (baseline order, then new ones).
+    base: one machine's entry of the baseline file ({"outputs", "methods"}); now: {method:
+    {"summary": overall row, "units": units_of(...)}}."""
     skipped = skipped or {}
+    methods, outputs = base.get("methods", {}), base.get("outputs", {})
+    noise = (
+        noise_sd(now["ar"]["units"]) if "ar" in now else float("nan"),
+        noise_sd(methods["ar"]["units"]) if "ar" in methods else float("nan"),
+    )
     rows: list[Row] = []
-    for method in list(baseline) + [m for m in now if m not in baseline]:
-        b, n = baseline.get(method), now.get(method)
+    for method in list(methods) + [m for m in now if m not in methods]:
+        b, n = methods.get(method), now.get(method)
         if b is None:
             rows += [
-                Row(method, m, None, n.get(m), "no baseline: record with --update", "new")
-                for m in ("tau", "exact_match", "speedup")
+                Row(method, m, None, None, "no baseline: record with --update", "new")
+                for m in ("tokens", "exact_match", "tau", "speedup")
             ]
-        elif n is None:
+            continue
+        if n is None:
             why = skipped.get(method, "did not run")
             rows += [
-                Row(method, m, b.get(m), None, f"not measured: {why}", "missing")
-                for m in ("tau", "exact_match", "speedup")
+                Row(method, m, None, None, f"not measured: {why}", "missing")
+                for m in ("tokens", "exact_match", "tau", "speedup")
             ]
+            continue
+        units = compared_units(outputs, n["units"], same_kind)
+        rows += [
+            check_tokens(method, outputs, n["units"], units),
+            check_exact(method, b["summary"], n["summary"], tol),
+            check_tau(method, b["units"], n["units"], units, tol),
+        ]
+        if same_kind:
+            rows.append(check_speedup(method, b["units"], n["units"], noise, tol))
         else:
-            rows += [
-                check_tau(method, b, n, tol),
-                check_exact(method, b, n, tol),
-                check_speedup(method, b, n, tol),
-            ]
+            rows.append(
+                Row(
+                    method,
+                    "speedup",
+                    None,
+                    geo_speedup(n["units"]),
+                    "no baseline for this CPU kind: reported, not gated",
+                    "not gated",
+                )
+            )
     return rows
 
 
 def env_problems(base_env: dict, now_env: dict) -> tuple[list[str], list[str]]:
     """(blocking, notes): a different model, dtype or device makes the comparison meaningless;
-    a different CPU/GPU or library version is worth a note (speedups may move with hardware)."""
+    a different library version is worth a note (the CPU kind selects the baseline entry)."""
     blocking, notes = [], []
     for key in ("model", "dtype", "device"):
         if base_env.get(key) != now_env.get(key):
             blocking.append(f"baseline {key}={base_env.get(key)!r}, now {now_env.get(key)!r}")
-    for key in ("cpu", "gpu", "torch", "transformers"):
+    for key in ("gpu", "torch", "transformers"):
         if base_env.get(key) != now_env.get(key):
             notes.append(f"{key}: baseline {base_env.get(key)!r}, now {now_env.get(key)!r}")
     return blocking, notes

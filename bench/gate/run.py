@@ -9,7 +9,16 @@ a drop.
 The experiment (conf/experiment/gate.yaml) lists Hydra overrides; every method in conf/method/
 whose default config runs with them (a method needing a drafter that is not configured is
 skipped) is measured by the normal runner (`bench.runner.execute`), exactly as
-`python -m bench method=<m> <overrides>` would. Verdict rules: bench/gate_rules.py.
+`python -m bench method=<m> <overrides>` would, and kept unit by unit (bench/gate/units.py).
+Verdict rules: bench/gate/rules.py; their power, simulated from the recorded noise:
+bench/gate/power.py (printed by --update, checked by tests/test_gate_power.py).
+
+The baseline file holds one entry per CPU kind (engines.cpu.cpu_kind: model name, family and
+model numbers, the flags that matter), each with the commit it measured (a modified tree is
+refused), the committed per-unit outputs and each method's per-unit figures. On a CPU kind
+without an entry the deterministic checks run against the first entry and the speedup is
+reported, not gated. --update measures `record_repeats` repeats per unit (their spread is the
+noise the power check draws from) and rewrites this CPU kind's entry only.
 Exit status: 0 pass, 1 regression (or a baseline from another model/dtype/device), 2 bad input.
 """
 
@@ -26,16 +35,21 @@ from pathlib import Path
 import yaml
 
 from bench.config import CONF, check_overrides, group_options, register
-from bench.gate.rules import METRICS, Row, Tolerances, compare, env_problems
+from bench.gate import power
+from bench.gate.rules import Row, Tolerances, compare, env_problems
+from bench.gate.units import stored, units_of
+from bench.records import dirty_files
 from bench.table import progress_bar
 from groundfloor.errors import UserError
 
 EXPERIMENT = CONF / "experiment" / "gate.yaml"
+SUMMARY = ("tau", "exact_match", "speedup", "tokens_per_s", "baseline_tokens_per_s", "k")
 ENV_KEYS = (
     "model",
     "device",
     "dtype",
     "cpu",
+    "cpu_kind",
     "cpu_count",
     "gpu",
     "torch",
@@ -50,6 +64,7 @@ def load_experiment(path: Path) -> dict:
     exp = yaml.safe_load(path.read_text()) or {}
     if not isinstance(exp.get("overrides", []), list):
         raise UserError(f"{path}: 'overrides' must be a list of key=value strings")
+    exp["path"] = path
     exp["baseline_path"] = (path.parent / exp.get("baseline", "gate_baseline.json")).resolve()
     exp["overrides"] = [str(o) for o in exp.get("overrides", [])]
     exp["run_overrides"] = [_relative_to(path.parent, o) for o in exp["overrides"]]
@@ -57,6 +72,12 @@ def load_experiment(path: Path) -> dict:
     if not isinstance(per, dict) or not all(isinstance(v, list) for v in per.values()):
         raise UserError(f"{path}: 'method_overrides' must map a method to a list of overrides")
     exp["method_overrides"] = {str(m): [str(o) for o in v] for m, v in per.items()}
+    exp["record_repeats"] = int(exp.get("record_repeats", 2))
+    if exp["record_repeats"] < 2:
+        raise UserError(
+            f"{path}: record_repeats={exp['record_repeats']}; the baseline needs ≥ 2 repeats per "
+            "unit (their spread is the noise the gate's power is simulated from)"
+        )
     return exp
 
 
@@ -110,16 +131,17 @@ def overall_row(summary) -> dict:
         raise UserError(f"expected one overall summary row, got {len(rows)}")
     r = rows.iloc[0]
     out = {}
-    for m in METRICS:
+    for m in SUMMARY:
         v = r.get(m)
         out[m] = None if v is None or v != v else float(v)
     return out
 
 
 def run_method(method: str, overrides: list[str], out: Path, progress=None):
-    """(overall row, env) of one run, or (None, reason) when the method's default config
-    cannot run here (e.g. it needs a drafter that is not configured); errors once the run
-    has started measuring propagate."""
+    """({"summary": overall row, "units": per unit}, env) of one run, or (None, reason) when the
+    method's default config cannot run here (e.g. it needs a drafter that is not configured);
+    errors once the run has started measuring propagate."""
+    from bench.records import load
     from bench.runner import execute
 
     cfg = compose([f"method={method}", *overrides, f"out='{out}'"])
@@ -130,7 +152,8 @@ def run_method(method: str, overrides: list[str], out: Path, progress=None):
             raise
         return None, str(e)
     env = json.loads((out / "env.json").read_text())
-    return overall_row(summary), {k: env.get(k) for k in ENV_KEYS}
+    got = {"summary": overall_row(summary), "units": units_of(load(out / "records.jsonl"))}
+    return got, {k: env.get(k) for k in ENV_KEYS}
 
 
 def measure(exp: dict, extra: list[str], out: Path) -> tuple[dict, dict, dict]:
@@ -156,31 +179,59 @@ def measure(exp: dict, extra: list[str], out: Path) -> tuple[dict, dict, dict]:
 
 
 def write_baseline(
-    path: Path,
-    exp_path: Path,
-    overrides: list[str],
-    now: dict,
-    skipped: dict,
-    env: dict,
-    method_overrides: dict | None = None,
-) -> None:
-    doc = {
-        "written_by": "python -m bench.gate --update",
-        "experiment": str(exp_path.name),
-        "overrides": overrides,
-        "method_overrides": method_overrides or {},
+    path: Path, exp: dict, overrides: list[str], now: dict, skipped: dict, env: dict
+) -> list[str]:
+    """Rewrite this CPU kind's entry of the baseline file (other kinds' entries are kept while
+    the experiment's settings stay the same) → notes to print."""
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    same_settings = (
+        doc.get("overrides") == overrides
+        and doc.get("method_overrides") == (exp["method_overrides"])
+    )
+    machines = doc.get("machines", {}) if same_settings else {}
+    notes = []
+    if doc.get("machines") and not same_settings:
+        notes.append(f"settings changed: dropped the entries of {', '.join(doc['machines'])}")
+    machines[env["cpu_kind"]] = {
         "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": env.get("git_sha"),
         "env": env,
-        "methods": now,
+        "outputs": {u: d["reference"] for u, d in now["ar"]["units"].items()},
+        "methods": {
+            m: {"summary": n["summary"], "units": stored(n["units"])} for m, n in now.items()
+        },
         "skipped": skipped,
     }
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = {
+        "written_by": "python -m bench.gate --update",
+        "experiment": str(exp["path"].name),
+        "overrides": overrides,
+        "method_overrides": exp["method_overrides"],
+        "record_repeats": exp["record_repeats"],
+        "machines": machines,
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return notes
+
+
+def power_lines(entry: dict, tol: Tolerances) -> list[str]:
+    """The speedup rule's simulated detection and false-alarm rates per method of an entry."""
+    ar = entry["methods"]["ar"]["units"]
+    out = []
+    for m, d in entry["methods"].items():
+        caught = power.rate(d["units"], ar, tol.speedup_tol, tol.speedup_tol)
+        false = power.rate(d["units"], ar, tol.speedup_tol, 0.0)
+        out.append(
+            f"{m}: a {tol.speedup_tol:.0%} slowdown caught in {caught:.1%} of 1,000 simulated "
+            f"runs; false alarms {false:.1%}"
+        )
+    return out
 
 
 def _fmt(row: Row, v) -> str:
     if v is None:
         return "–"
-    return f"{v:.2f}" if row.metric == "exact_match" else f"{v:.3f}"
+    return f"{v:.2f}" if row.metric in ("exact_match", "tokens") else f"{v:.3f}"
 
 
 def print_table(rows: list[Row], title: str) -> None:
@@ -193,7 +244,9 @@ def print_table(rows: list[Row], title: str) -> None:
     for r in rows:
         ch = r.change
         change = (
-            "–" if ch is None else (f"{ch:+.2f}" if r.metric == "exact_match" else f"{ch:+.1%}")
+            "–"
+            if ch is None
+            else (f"{ch:+.2f}" if r.metric in ("exact_match", "tokens") else f"{ch:+.1%}")
         )
         style = "bold red" if r.failed else "green" if r.verdict in ("ok", "better") else "yellow"
         t.add_row(
@@ -218,23 +271,55 @@ def gate(
     exp = load_experiment(exp_path)
     bpath = baseline_path or exp["baseline_path"]
     tol = Tolerances.from_dict(exp)
-    if not update and not bpath.exists():
+    if "ar" not in method_names(exp):
         raise UserError(
-            f"no gate baseline at {bpath}: record one with `python -m bench.gate "
-            "--update` and commit it"
+            f"{exp_path}: the gate's methods must include ar (its AR-against-AR pairs are the "
+            f"noise the speedup rule is set from); got {method_names(exp)}"
         )
+    if update and (dirty := dirty_files()):
+        raise UserError(
+            f"refusing to record a gate baseline from a modified tree ({', '.join(dirty[:4])}"
+            f"{' …' if len(dirty) > 4 else ''}): commit first, so that the baseline names the "
+            "commit it measured"
+        )
+    if not update:
+        base = json.loads(bpath.read_text()) if bpath.exists() else None
+        if not base or not base.get("machines"):
+            raise UserError(
+                f"no gate baseline at {bpath}: record one with `python -m bench.gate "
+                "--update` and commit it"
+            )
     start = time.perf_counter()
     stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    runs = [*extra, f"repeats={exp['record_repeats']}"] if update else extra
     with tempfile.TemporaryDirectory(prefix="specsweep-gate-") as tmp:
-        now, skipped, env = measure(exp, extra, Path(out) / stamp if out else Path(tmp))
+        now, skipped, env = measure(exp, runs, Path(out) / stamp if out else Path(tmp))
     took = time.perf_counter() - start
     overrides = [*exp.get("overrides", []), *extra]
     if update:
-        write_baseline(bpath, exp_path, overrides, now, skipped, env, exp["method_overrides"])
-        print(f"gate baseline written to {bpath} ({', '.join(now)}; {took:.0f} s)")
+        for n in write_baseline(bpath, exp, overrides, now, skipped, env):
+            print(f"note: {n}")
+        entry = json.loads(bpath.read_text())["machines"][env["cpu_kind"]]
+        for line in power_lines(entry, tol):
+            print(line)
+        print(
+            f"gate baseline for {env['cpu_kind']} written to {bpath} ({', '.join(now)}; "
+            f"{took:.0f} s)"
+        )
         return 0
-    base = json.loads(bpath.read_text())
-    blocking, notes = env_problems(base.get("env", {}), env)
+    kind = env.get("cpu_kind")
+    entry = base["machines"].get(kind)
+    same_kind = entry is not None
+    notes = []
+    if not same_kind:
+        first = next(iter(base["machines"]))
+        entry = base["machines"][first]
+        notes.append(
+            f"no baseline for this CPU kind ({kind}; recorded: {', '.join(base['machines'])}): "
+            f"tokens and τ checked against {first!r}'s, the speedup reported, not gated"
+        )
+    blocking, more = env_problems(entry.get("env", {}), env)
+    notes += more
     if base.get("overrides") != overrides:
         notes.append(f"overrides: baseline {base.get('overrides')}, now {overrides}")
     if base.get("method_overrides", {}) != exp["method_overrides"]:
@@ -242,16 +327,16 @@ def gate(
             f"method_overrides: baseline {base.get('method_overrides', {})}, "
             f"now {exp['method_overrides']}"
         )
-    rows = compare(base.get("methods", {}), now, tol, skipped)
+    rows = compare(entry, now, tol, skipped, same_kind)
     print_table(
         rows,
-        f"gate: {exp_path.name} vs {bpath.name} (recorded "
-        f"{base.get('recorded', '?')}) · {took:.0f} s",
+        f"gate: {exp_path.name} vs {bpath.name} ({kind if same_kind else 'another CPU kind'}, "
+        f"recorded {entry.get('recorded', '?')} at {entry.get('commit', '?')}) · {took:.0f} s",
     )
     for n in notes:
         print(f"note: {n}")
     for m, why in skipped.items():
-        if m not in base.get("methods", {}):
+        if m not in entry.get("methods", {}):
             print(f"skipped {m}: {why}")
     failed = sorted({r.method for r in rows if r.failed})
     if blocking:
@@ -264,7 +349,10 @@ def gate(
     if failed:
         print(f"FAIL: regression in {', '.join(failed)}")
         return 1
-    print("PASS")
+    weak = sorted({r.method for r in rows if r.verdict == "underpowered"})
+    print(
+        "PASS" + (f" (speedup underpowered, too noisy to judge: {', '.join(weak)})" if weak else "")
+    )
     return 0
 
 

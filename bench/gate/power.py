@@ -1,0 +1,54 @@
+"""How often the speedup rule (bench.gate.rules) fails a run, simulated from recorded noise.
+
+A baseline is recorded with R ≥ 2 repeats per unit. The difference of a unit's two log pair
+ratios, ÷ √2, is one draw of a single run's noise on that unit; pooled (with both signs) over the
+units they give the method's own run-to-run noise, and the `ar` cell's give the noise the rule
+measures. One simulated gate run:
+
+    D      = mean_u (e_now,u − ē_base,u) + log(1 − slowdown)      e ~ the method's pool,
+                                                                  ē_base a mean of R draws
+    s_now  = sd of n draws from the ar pool (the new run's own AR-against-AR cell)
+    fails  = rules.fails_speedup(D, n, s_now, s_base, tol)        s_base: the recorded ar cell's
+
+so `rate(slowdown=0.15)` is the detection rate of a 15% drop in end-to-end tokens/s and
+`rate(slowdown=0)` the false-alarm rate of an unchanged tree; neither depends on the load of the
+machine the simulation runs on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bench.gate.rules import fails_speedup, noise_sd
+
+
+def noise_pool(units: dict[str, dict]) -> np.ndarray:
+    """Single-run noise draws on a unit's log pair ratio, from its recorded repeats."""
+    d = [(u["repeats"][0] - u["repeats"][1]) / math.sqrt(2) for u in units.values()]
+    if not d:
+        raise ValueError("no unit has two recorded repeats: record the baseline with repeats ≥ 2")
+    d = np.array(d)
+    return np.concatenate([d, -d])
+
+
+def rate(
+    method_units: dict[str, dict],
+    ar_units: dict[str, dict],
+    tol: float,
+    slowdown: float,
+    draws: int = 1000,
+    seed: int = 0,
+) -> float:
+    """Share of `draws` simulated runs that the rule fails (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    pool, ar_pool = noise_pool(method_units), noise_pool(ar_units)
+    n = len(method_units)
+    repeats = min(len(u["repeats"]) for u in method_units.values())
+    s_base = noise_sd(ar_units)
+    e_now = rng.choice(pool, size=(draws, n))
+    e_base = rng.choice(pool, size=(draws, repeats, n)).mean(axis=1)
+    d = (e_now - e_base).mean(axis=1) + math.log(1 - slowdown)
+    s_now = rng.choice(ar_pool, size=(draws, n)).std(axis=1, ddof=1)
+    return float(np.mean([fails_speedup(d[i], n, s_now[i], s_base, tol) for i in range(draws)]))
