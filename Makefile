@@ -32,7 +32,8 @@ lint:  ## ruff (lint and format check) and the import contracts of the floors (p
 	$(PY) -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 test: lint  ## lint, then the test suite (CPU, tiny models, the embedded model's smoke runs, a real vLLM server sweep)
-	$(PY) -m pytest -m "not server_full"
+	$(PY) -m pytest -n auto -m "not serial and not server_full"
+	$(PY) -m pytest -m "serial and not server_full"
 
 test-fast:  ## tests without the embedded model's smoke run and the real server
 	$(PY) -m pytest -m "not slow and not server"

@@ -46,6 +46,7 @@ class RunConfig:
     check: str = "none"  # none | distribution (T > 0: two-sample test against the baseline)
     dist_samples: int = 200  # continuations per side for check=distribution
     dist_positions: int = 3  # leading positions tested by check=distribution
+    dist_forced: bool = True  # check=distribution also draws with every round's draft rejected
     tie_tolerance: float = 0.05  # logit gap under which a greedy divergence is a near-tie
     resume: bool = True  # a run directory holding this cell: skip it if complete, else continue
     concurrency: int = 1  # backend=server: conversations in flight at once

@@ -165,9 +165,10 @@ def run(
     eos: set[int],
     clock,
     device,
+    forced: bool = True,
 ) -> float:
-    """Draw both sides on the prompt `ids`, test each position, write distcheck.json; → the
-    run's p-value."""
+    """Draw both sides on the prompt `ids`, test each position (and, with `forced`, each
+    position after forced rejections), write distcheck.json; → the run's p-value."""
     if samples < 2 or positions < 1:
         raise UserError(
             f"dist_samples={samples}, dist_positions={positions}: "
@@ -185,11 +186,11 @@ def run(
     base, _ = continuations(baseline, ids, "baseline", prompt_id, **draw)
     meth, stats = continuations(method, ids, "method", prompt_id, **draw)
     tests = position_tests(base, meth, positions, "")
-    if not getattr(method, "whole_turn", False):  # transformers' generate() cannot be forced
+    if forced and not getattr(method, "whole_turn", False):  # generate() cannot be forced
         # every round rejecting its draft: positions 2.. come after rollbacks, rounds 1, 2, ...
-        forced = dict(draw, positions=positions + 1)
-        fb, _ = continuations(baseline, ids, "baseline-forced", prompt_id, **forced)
-        fm, _ = continuations(ForcedRejection(method), ids, "method-forced", prompt_id, **forced)
+        more = dict(draw, positions=positions + 1)
+        fb, _ = continuations(baseline, ids, "baseline-forced", prompt_id, **more)
+        fm, _ = continuations(ForcedRejection(method), ids, "method-forced", prompt_id, **more)
         tests += position_tests(fb, fm, positions + 1, "after forced rejections: ")
     pvalue = bonferroni([t["pvalue"] for t in tests])
     evidence = {
@@ -233,5 +234,6 @@ def for_run(cfg, prompt, tokenizer, baseline, method, out_dir, **kw) -> float:
         samples=int(cfg.dist_samples),
         positions=int(cfg.dist_positions),
         seed=int(cfg.seed),
+        forced=bool(cfg.dist_forced),
         **kw,
     )

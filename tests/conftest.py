@@ -15,6 +15,20 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+# `make test` runs the suite on every core at once (pytest-xdist), each worker with its share of
+# torch threads; the tests that read the machine's load or race a signal run after, alone.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // WORKERS))
+SERIAL_FILES = {"test_interference.py", "test_launchers.py"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.name in SERIAL_FILES or item.get_closest_marker("server"):
+            item.add_marker(pytest.mark.serial)
+
+
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 WORDS = (

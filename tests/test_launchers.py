@@ -104,6 +104,9 @@ def test_parallel_jobs_on_a_cpu_are_refused_unless_allowed(tiny_target_dir, tmp_
     assert not summaries(tmp_path / "sweep")
 
 
+PROMPTS = 16  # per cell: enough that the interrupt lands while the second cell runs
+
+
 def test_a_killed_sweep_resumes_without_repeating_finished_work(tiny_target_dir, tmp_path):
     args = [
         "-m",
@@ -114,7 +117,7 @@ def test_a_killed_sweep_resumes_without_repeating_finished_work(tiny_target_dir,
         "repeats=1",
         "warmup=0",
         "remeasure=0",
-        "limit=8",
+        f"limit={PROMPTS}",
     ]
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench", *args],
@@ -133,7 +136,7 @@ def test_a_killed_sweep_resumes_without_repeating_finished_work(tiny_target_dir,
             if json.loads(c.read_text())["status"] == "complete"
         ]
         first = done[0].parent if done else None
-        time.sleep(0.2)
+        time.sleep(0.02)
     assert first is not None, "the first cell never completed"
     while time.time() < deadline:  # and the second one to finish a prompt
         second = [
@@ -165,7 +168,7 @@ def test_a_killed_sweep_resumes_without_repeating_finished_work(tiny_target_dir,
     for cell in sweep.glob("*/records.jsonl"):  # no prompt measured twice
         recs = [json.loads(x) for x in cell.read_text().splitlines()]
         keys = [(r["prompt_id"], r["role"], r["repeat"], r["turn"]) for r in recs]
-        assert len(keys) == len(set(keys)) == 8 * 2
+        assert len(keys) == len(set(keys)) == PROMPTS * 2
     assert list(tmp_path.glob("results/sweep_*")) == [sweep]  # the same folder
 
 

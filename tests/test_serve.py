@@ -286,7 +286,7 @@ def test_verdicts_judge_the_first_copy_of_each_turn():
 
     from conftest import tiny_tokenizer
 
-    from bench.serve.cell import Cell, first_copies
+    from bench.serve.cell import Cell, first_copies, texts
     from bench.serve.load import PassResult, Turn
 
     p, q = prompts(2)
@@ -316,13 +316,54 @@ def test_verdicts_judge_the_first_copy_of_each_turn():
         ]
     )
     cell = SimpleNamespace(cfg=SimpleNamespace(temperature=0.0), tokenizer=tiny_tokenizer())
-    v = Cell.verdicts(cell, base, spec)
+    v = Cell.verdicts(cell, texts(base), spec)
     assert v[("p0", 0)] == {"verdict": "mismatch", "first_divergence": 1}  # "the" agrees
     assert v[("p0", 1)] == {"verdict": "after-divergence"}  # its prompt already differs
     assert v[("p1", 0)] == {"verdict": "exact"}  # judged on conversation 1, not the copy
     assert first_copies(spec)[("p1", 0)].conv == 1
     cell.cfg.temperature = 1.0
-    assert Cell.verdicts(cell, base, spec) == {}
+    assert Cell.verdicts(cell, texts(base), spec) == {}
+
+
+def test_an_interrupted_server_cell_keeps_its_finished_passes(tmp_path):
+    """restore(): passes with a passes.jsonl line and records are kept, a pass whose records
+    landed without its line (killed between the two writes) and a cut last line are dropped,
+    and the plain pass's texts come back from its records (first copy per prompt)."""
+    from types import SimpleNamespace
+
+    from bench.serve.cell import Cell
+
+    def row(role, repeat, conv, pid, turn, text):
+        return {
+            "role": role,
+            "repeat": repeat,
+            "conv": conv,
+            "prompt_id": pid,
+            "turn": turn,
+            "output_text": text,
+            "error": None,
+        }
+
+    rows = [
+        row("baseline", 0, 0, "p0", 0, "a"),
+        row("baseline", 0, 0, "p0", 1, "b"),
+        row("baseline", 0, 1, "p1", 0, "c"),
+        row("baseline", 0, 2, "p1", 0, "second copy"),
+        row("method", 0, 0, "p0", 0, "a"),
+        row("method", 1, 0, "p0", 0, "killed before its pass line"),
+    ]
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = [{"role": "baseline", "repeat": 0}, {"role": "method", "repeat": 0}]
+    (tmp_path / "passes.jsonl").write_text(
+        "".join(json.dumps(p) + "\n" for p in lines) + '{"role": "meth'
+    )
+    cell = SimpleNamespace(out=tmp_path, passes=[])
+    done, base = Cell.restore(cell)
+    assert done == {("baseline", 0), ("method", 0)} and cell.passes == lines
+    assert base == {("p0", 0): "a", ("p0", 1): "b", ("p1", 0): "c"}
+    kept = [json.loads(x) for x in open(tmp_path / "records.jsonl")]
+    assert kept == rows[:5]
+    assert [json.loads(x) for x in open(tmp_path / "passes.jsonl")] == lines
 
 
 def server_cfg(tmp_path, *extra):

@@ -1,13 +1,14 @@
 """The server backend against a real server: vLLM's CPU build serving the embedded model on
 127.0.0.1, started and stopped by the suite (`make install-vllm` puts it in its own virtualenv;
 SPECSWEEP_VENVS says where). Minutes on 2 cores, so behind the `server` marker. `make test` (and
-CI) runs the sweep (four server starts, ~4.5 min on 2 cores); the two `server_full` tests (four
-more starts, ~5 min) run with `make test-server`.
+CI) runs one cell and its resume (three server starts); the `server_full` tests (the concurrency
+sweep, HTTP errors, EAGLE-3: eight more starts) run with `make test-server`.
 
-One concurrency sweep with vLLM's n-gram speculation on and off checks the counters, the latency
-columns, the greedy verdicts and that no server outlives its cell; one EAGLE-3 cell serves our
-shipped head (artifacts/smollm2-135m/eagle3, unchanged) beside the same head in our engine, and
-the report puts their τ and α per position side by side.
+One cell with vLLM's n-gram speculation on and off checks the counters, the latency columns, the
+greedy verdicts, that no server outlives its cell and that a cell cut after its plain pass runs
+only the missing pass; a concurrency sweep (server_full) checks overlapping requests; one EAGLE-3
+cell serves our shipped head (artifacts/smollm2-135m/eagle3, unchanged) beside the same head in
+our engine, and the report puts their τ and α per position side by side.
 """
 
 from __future__ import annotations
@@ -69,6 +70,15 @@ def passes(cell: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
+def ngram_cell(tmp_path_factory):
+    """One cell (two server starts): what CI runs; the concurrency sweep is server_full."""
+    out = tmp_path_factory.mktemp("vllm") / "cell"
+    p = run(*COMMON, "method=ngram", "k=4", "concurrency=1", f"out={out}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    return [out], p.stdout
+
+
+@pytest.fixture(scope="module")
 def ngram_sweep(tmp_path_factory):
     sweep = tmp_path_factory.mktemp("vllm") / "sweep"
     # `concurrency=1,3` sweeps without -m, as the README shows
@@ -79,8 +89,8 @@ def ngram_sweep(tmp_path_factory):
     return [c.parent for c in cells], p.stdout
 
 
-def test_sweep_writes_usual_outputs_per_cell(ngram_sweep):
-    cells, stdout = ngram_sweep
+def test_a_cell_writes_the_usual_outputs(ngram_cell):
+    cells, stdout = ngram_cell
     for cell in cells:
         for name in (
             "records.jsonl",
@@ -100,12 +110,18 @@ def test_sweep_writes_usual_outputs_per_cell(ngram_sweep):
         assert env["server"] == "vllm" and "0.32" in (env["server_version"] or "")
         assert "--speculative-config" in env["server_argv"]["method"]
         assert "--speculative-config" not in env["server_argv"]["baseline"]
+    assert "TTFT p50/p99 ms" in stdout and "vllm" in stdout
+
+
+@pytest.mark.server_full
+def test_sweep_writes_one_cell_per_concurrency(ngram_sweep):
+    cells, stdout = ngram_sweep
     assert sorted(int(pd.read_csv(c / "summary.csv").concurrency.iloc[0]) for c in cells) == [1, 3]
     assert "TTFT p50/p99 ms" in stdout and "vllm" in stdout
 
 
-def test_counters_give_tau_and_alpha(ngram_sweep):
-    for cell in ngram_sweep[0]:
+def test_counters_give_tau_and_alpha(ngram_cell):
+    for cell in ngram_cell[0]:
         ps = passes(cell)
         spec, plain = ps["method"]["counters"], ps["baseline"]["counters"]
         assert spec["drafts"] > 0 and spec["draft_tokens"] >= spec["drafts"]
@@ -125,31 +141,40 @@ def test_counters_give_tau_and_alpha(ngram_sweep):
         assert s.tau_nonempty == pytest.approx(1 + a / spec["drafts"])
 
 
+def test_latency_columns(ngram_cell):
+    latency_columns_and_overlap(ngram_cell[0][0])
+
+
+@pytest.mark.server_full
 def test_latency_columns_and_concurrency(ngram_sweep):
     for cell in ngram_sweep[0]:
-        s = pd.read_csv(cell / "summary.csv").iloc[-1]
-        assert s.requests == 3 and s.errors_connection == s.errors_timeout == s.errors_http == 0
-        assert 0 < s.ttft_p50_ms <= s.ttft_p99_ms
-        assert 0 < s.tpot_p50_ms <= s.tpot_p99_ms and 0 < s.itl_p50_ms <= s.itl_p99_ms
-        assert s.tokens_per_s > 0 and s.baseline_tokens_per_s > 0
-        assert s.speedup == pytest.approx(s.tokens_per_s / s.baseline_tokens_per_s)
-        recs = [json.loads(x) for x in open(cell / "records.jsonl")]
-        assert all(r["new_tokens"] > 0 and r["ttft_s"] > 0 for r in recs)
-        method = [r for r in recs if r["role"] == "method"]
-        overlap = sum(
-            1
-            for a in method
-            for b in method
-            if a is not b and a["sent_s"] <= b["sent_s"] < a["sent_s"] + a["wall_s"]
-        )
-        if s.concurrency == 1:  # one request at a time
-            assert overlap == 0
-        else:  # three at once
-            assert overlap >= 2
+        latency_columns_and_overlap(cell)
 
 
-def test_greedy_verdicts(ngram_sweep):
-    for cell in ngram_sweep[0]:
+def latency_columns_and_overlap(cell):
+    s = pd.read_csv(cell / "summary.csv").iloc[-1]
+    assert s.requests == 3 and s.errors_connection == s.errors_timeout == s.errors_http == 0
+    assert 0 < s.ttft_p50_ms <= s.ttft_p99_ms
+    assert 0 < s.tpot_p50_ms <= s.tpot_p99_ms and 0 < s.itl_p50_ms <= s.itl_p99_ms
+    assert s.tokens_per_s > 0 and s.baseline_tokens_per_s > 0
+    assert s.speedup == pytest.approx(s.tokens_per_s / s.baseline_tokens_per_s)
+    recs = [json.loads(x) for x in open(cell / "records.jsonl")]
+    assert all(r["new_tokens"] > 0 and r["ttft_s"] > 0 for r in recs)
+    method = [r for r in recs if r["role"] == "method"]
+    overlap = sum(
+        1
+        for a in method
+        for b in method
+        if a is not b and a["sent_s"] <= b["sent_s"] < a["sent_s"] + a["wall_s"]
+    )
+    if s.concurrency == 1:  # one request at a time
+        assert overlap == 0
+    else:  # three at once
+        assert overlap >= 2
+
+
+def test_greedy_verdicts(ngram_cell):
+    for cell in ngram_cell[0]:
         recs = [json.loads(x) for x in open(cell / "records.jsonl")]
         method = [r for r in recs if r["role"] == "method"]
         assert all(r["verdict"] in ("exact", "mismatch") for r in method)
@@ -164,8 +189,36 @@ def test_greedy_verdicts(ngram_sweep):
             assert s.exact_match == 1.0
 
 
-def test_servers_do_not_outlive_their_cell(ngram_sweep):
+def test_servers_do_not_outlive_their_cell(ngram_cell):
     assert get("http://127.0.0.1:18011/health", timeout=2)[0] == 0
+
+
+def test_an_interrupted_cell_runs_only_its_missing_pass(ngram_cell, tmp_path):
+    """The concurrency=1 cell, cut after its plain pass (the speculative pass's line and records
+    gone, cell.json running), continues with one server start: the plain pass's log and records
+    are kept as they were, the speculative pass runs again, and the cell is complete."""
+    import shutil
+
+    src = ngram_cell[0][0]
+    cell = tmp_path / "cut"
+    shutil.copytree(src, cell)
+    rows = [json.loads(x) for x in open(cell / "records.jsonl")]
+    plain = [r for r in rows if r["role"] == "baseline"]
+    (cell / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in plain))
+    (cell / "passes.jsonl").write_text(json.dumps(passes(cell)["baseline"]) + "\n")
+    state = json.loads((cell / "cell.json").read_text())
+    (cell / "cell.json").write_text(json.dumps({**state, "status": "running"}))
+    (cell / "summary.csv").unlink()
+    before = (cell / "server_baseline_0.log").stat().st_mtime_ns
+    p = run(*COMMON, "method=ngram", "k=4", "concurrency=1", f"out={cell}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "continued after its finished passes" in p.stderr
+    assert (cell / "server_baseline_0.log").stat().st_mtime_ns == before
+    assert set(passes(cell)) == {"baseline", "method"}
+    again = [json.loads(x) for x in open(cell / "records.jsonl")]
+    assert [r for r in again if r["role"] == "baseline"] == plain
+    assert {r["verdict"] for r in again if r["role"] == "method"} <= {"exact", "mismatch"}
+    assert json.loads((cell / "cell.json").read_text())["status"] == "complete"
 
 
 @pytest.mark.server_full

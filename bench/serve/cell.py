@@ -211,46 +211,73 @@ class Cell:
             "output_ids": ids,
         }
 
-    def verdicts(self, base, method) -> dict:
-        """(prompt_id, turn) → verdict of the speculative text against the plain one."""
+    def verdicts(self, base: dict, method) -> dict:
+        """(prompt_id, turn) → verdict of the speculative text against the plain one; base:
+        the plain pass's texts (`texts`), the first copy of each turn judged."""
         if float(self.cfg.temperature) != 0:
             return {}
-        b, m = first_copies(base), first_copies(method)
+        m = {key: t.reply for key, t in first_copies(method).items()}
         out = {}
         for key in sorted(m):
-            tb, tm = b.get(key), m[key]
-            if tb is None or tb.reply.error or tm.reply.error:
+            tb, tm = base.get(key), m[key]
+            if tb is None or tm.error:
                 continue
-            if tb.messages != tm.messages:
-                out[key] = {"verdict": "after-divergence"}
-            elif tb.reply.text == tm.reply.text:
+            earlier = [(key[0], t) for t in range(key[1])]
+            if any(base.get(e) != (m[e].text if e in m else None) for e in earlier):
+                out[key] = {"verdict": "after-divergence"}  # its prompt already differs
+            elif tb == tm.text:
                 out[key] = {"verdict": "exact"}
             else:
                 ids = lambda t: self.tokenizer(t, add_special_tokens=False)["input_ids"]  # noqa
                 out[key] = {
                     "verdict": "mismatch",
-                    "first_divergence": first_divergence(ids(tb.reply.text), ids(tm.reply.text)),
+                    "first_divergence": first_divergence(ids(tb), ids(tm.text)),
                 }
         return out
 
-    def run(self, progress=None) -> Path:
+    def restore(self) -> tuple[set[tuple[str, int]], dict]:
+        """Continue an interrupted cell: the passes it finished ((role, repeat): a line in
+        passes.jsonl and its rows in records.jsonl) are kept, anything later dropped, and
+        self.passes restored → (finished passes, the plain pass's texts if repeat 0's ran)."""
+        passes = []
+        path = self.out / "passes.jsonl"
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    passes.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break  # cut by a kill
+        rows = rec.read_rows(self.out / "records.jsonl")
+        have = {(r["role"], r["repeat"]) for r in rows}
+        self.passes = [p for p in passes if (p["role"], p["repeat"]) in have]
+        done = {(p["role"], p["repeat"]) for p in self.passes}
+        rows = [r for r in rows if (r["role"], r["repeat"]) in done]
+        _rewrite(path, self.passes)
+        _rewrite(self.out / "records.jsonl", rows)
+        first = [r for r in rows if r["role"] == "baseline" and r["repeat"] == 0]
+        return done, row_texts(first)
+
+    def run(self, progress=None, resume: bool = False) -> Path:
+        done, first_base = self.restore() if resume else (set(), None)
         writer = rec.RecordWriter(self.out)
         task_id = (
             progress.add_task(
                 f"{self.s.name} {self.cfg.method.name} c={self.cfg.concurrency}",
                 total=2 * int(self.cfg.repeats),
+                completed=len(done),
             )
             if progress
             else None
         )
-        first_base = None
         with open(self.out / "passes.jsonl", "a", encoding="utf-8") as passes_file:
             for r in range(int(self.cfg.repeats)):
                 for role in ROLES if r % 2 == 0 else ROLES[::-1]:
+                    if (role, r) in done:
+                        continue
                     res = self.run_pass(role, r)
                     t0 = min((t.reply.sent for t in res.turns if t.reply.sent), default=0.0)
                     if role == "baseline" and r == 0:
-                        first_base = res
+                        first_base = texts(res)
                     v = self.verdicts(first_base, res) if role == "method" else {}  # every repeat
                     judged = first_copies(res)
                     rows = []
@@ -295,6 +322,27 @@ class Cell:
         }
 
 
+def texts(res) -> dict:
+    """(prompt_id, turn) → the text of that turn's first copy in a pass (None: it failed)."""
+    return {k: (None if t.reply.error else t.reply.text) for k, t in first_copies(res).items()}
+
+
+def row_texts(rows: list[dict]) -> dict:
+    """`texts` of a pass from its records (the first copy: the lowest conversation)."""
+    out, conv = {}, {}
+    for r in sorted(rows, key=lambda r: (r["conv"], r["turn"])):
+        key = (r["prompt_id"], r["turn"])
+        if conv.setdefault(r["prompt_id"], r["conv"]) == r["conv"]:
+            out[key] = None if r.get("error") else r.get("output_text")
+    return out
+
+
+def _rewrite(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tmp.rename(path)
+
+
 def first_copies(res) -> dict:
     """(prompt_id, turn) → that turn of the first conversation in the pass carrying the prompt
     (prompts repeat when num_requests exceeds them; verdicts judge the first copy)."""
@@ -319,8 +367,8 @@ def served_context(target: str) -> int | None:
 def execute(cfg, out: Path, progress=None):
     """Validate, run the cell, write summary.csv, answers/, env.json and config.yaml. The cell
     lifecycle is the in-process run's (bench.lifecycle): a complete cell is skipped, another
-    cell's directory refused; a cell interrupted mid-pass is measured again from its start (a
-    pass is one server's run over every prompt, and passes are compared whole)."""
+    cell's directory refused; an interrupted cell keeps the passes it finished and runs the
+    rest (a pass is one server's run over every prompt, so a pass cut short runs again whole)."""
     import sys
 
     import pandas as pd
@@ -334,11 +382,9 @@ def execute(cfg, out: Path, progress=None):
         return pd.read_csv(out / "summary.csv"), out / "records.jsonl", None
     cell = Cell(cfg, out)
     if state:
-        print(f"partial server cell, measured again from its start: {out}", file=sys.stderr)
-        for name in ("records.jsonl", "passes.jsonl"):
-            (out / name).unlink(missing_ok=True)
+        print(f"partial server cell, continued after its finished passes: {out}", file=sys.stderr)
     cells.write(out, h, "running", 0, len(cell.prompts))
-    path = cell.run(progress)
+    path = cell.run(progress, resume=bool(state))
     (out / "env.json").write_text(json.dumps(cell.env(), indent=2))
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     records = rec.load(path)
