@@ -34,6 +34,26 @@ def _rounds(df: pd.DataFrame, col: str) -> list[int]:
     return [x for xs in df[col] if isinstance(xs, list) for x in xs]
 
 
+def round_counts(rep0: pd.DataFrame) -> tuple[list[int], list[int]]:
+    """Per unit (record): (accepted drafts, verify rounds). Records without per-round counts
+    (imported answers, servers) count every forward after the prefill as a round and the tokens
+    after the prefill's beyond one per round as accepted."""
+    if "round_accepted" in rep0 and rep0.round_accepted.notna().all():
+        return [sum(r) for r in rep0.round_accepted], [len(r) for r in rep0.round_accepted]
+    fwd = pd.to_numeric(rep0.target_forwards, errors="coerce")
+    known = fwd.notna()  # a record without forwards tells nothing
+    rounds = [int(f) - 1 for f in fwd[known]]
+    new = [int(n) for n in rep0.new_tokens[known]]
+    return [n - 1 - r for n, r in zip(new, rounds)], rounds
+
+
+def tau_round_of(rep0: pd.DataFrame) -> float:
+    """τ_round = Σ (accepted + 1) ÷ Σ rounds over the records; a method without rounds (ar)
+    emits one token per decoding step: 1."""
+    acc, rounds = round_counts(rep0)
+    return float(1 + sum(acc) / sum(rounds)) if sum(rounds) else 1.0
+
+
 def per_position(counts: pd.Series) -> list[int]:
     width = max((len(c) for c in counts), default=0)
     total = [0] * width
@@ -56,7 +76,7 @@ def drafting(m: pd.DataFrame) -> dict:
     out = {
         "tau": float(m.new_tokens.sum() / m.target_forwards.sum()),
         "tau_request": float((m.new_tokens / m.target_forwards).mean()),
-        "tau_round": 1 + sum(acc) / n if n else None,
+        "tau_round": tau_round_of(m) if n else None,
         "accepted_per_round": sum(acc) / n if n else None,
     }
     hist = Counter(acc)

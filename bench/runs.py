@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from bench import acceptance
 from bench.metrics import bootstrap_ratio
 from groundfloor.paths import CONF
 
@@ -159,13 +160,12 @@ def scope_records(records: pd.DataFrame, task: str, category) -> pd.DataFrame:
 
 
 def _tau_round_interval(rec: pd.DataFrame) -> tuple[float, float]:
-    """95% bootstrap interval of τ_round = Σ (accepted + 1) ÷ Σ rounds over prompt × turn units;
-    a method without rounds (ar): 1."""
+    """95% bootstrap interval of τ_round (acceptance.tau_round_of) over prompt × turn units; a
+    method without rounds (ar): 1."""
     rep0 = rec[(rec.role == "method") & (rec.repeat == 0)]
     if rep0.empty or "round_accepted" not in rep0 or rep0.round_accepted.isna().any():
         return (math.nan, math.nan)
-    acc = np.array([sum(r) for r in rep0.round_accepted], dtype=float)
-    rounds = np.array([len(r) for r in rep0.round_accepted], dtype=float)
+    acc, rounds = (np.array(x, dtype=float) for x in acceptance.round_counts(rep0))
     if rounds.sum() == 0:
         return (1.0, 1.0)
     ones = np.ones(len(rep0))

@@ -12,6 +12,7 @@ import math
 
 import pandas as pd
 
+from bench.acceptance import tau_round_of
 from bench.report.charts import config_label
 from bench.table import mark as interference_mark
 
@@ -216,18 +217,6 @@ def cost_model(cells: pd.DataFrame) -> pd.DataFrame:
             "run",
         ]
     ].drop(columns="temperature")
-
-
-def tau_round_of(rep0: pd.DataFrame) -> float:
-    """τ_round of method records (1 + accepted drafts per verify round); a method without
-    rounds (ar) emits one token per decoding step: 1."""
-    rounds = rep0.target_forwards.sum() - len(rep0)  # every forward after the prefill
-    if "round_accepted" in rep0 and rep0.round_accepted.notna().all():
-        acc = sum(sum(r) for r in rep0.round_accepted)
-        rounds = sum(len(r) for r in rep0.round_accepted)
-    else:  # no per-round counts: tokens after the prefill's over the forwards after it
-        acc = rep0.new_tokens.sum() - len(rep0) - rounds
-    return float(1 + acc / rounds) if rounds else 1.0
 
 
 def subcategory_detail(records: pd.DataFrame) -> pd.DataFrame:
