@@ -101,7 +101,8 @@ def generate_whole(
         use_cache=True,
     )
     if not sampling.greedy:  # generate() samples from the global RNG: seed it from ours
-        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+        dev = generator.device if generator is not None else "cpu"  # a CUDA run's is on the GPU
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator, device=dev)))
         kw.update(
             temperature=sampling.temperature, top_k=sampling.top_k or None, top_p=sampling.top_p
         )

@@ -35,6 +35,13 @@ FORMATS = tuple(FLOATS) + QUANTIZED
 GROUP = 32
 
 
+def cuda_int4_tiles(in_features: int) -> int | None:
+    """innerKTiles for torch's CUDA int4 packing: the kernel needs in_features divisible by
+    16 × innerKTiles (8 × 16 = 128 does not divide SmolLM2's 576 = 9 × 64); the largest of 8, 4,
+    2 that fits, None when none does."""
+    return next((t for t in (8, 4, 2) if in_features % (16 * t) == 0), None)
+
+
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-row int8: (q (out, in) int8, scale (out,) float32), w ≈ scale · q."""
     w = w.float()
@@ -150,7 +157,7 @@ class Linear(nn.Module):
         sz = torch.stack([scale.t(), zero.t()], dim=-1).to(torch.bfloat16).contiguous()
         if dev.type == "cuda":
             pairs = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8).to(dev)
-            packed = torch.ops.aten._convert_weight_to_int4pack(pairs, 8)
+            packed = torch.ops.aten._convert_weight_to_int4pack(pairs, cuda_int4_tiles(i))
         else:
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
         return cls("int4", "aten", (o, i), {"packed": packed.to(dev), "sz": sz.to(dev)}, b)

@@ -104,7 +104,9 @@ def resolve_engine(source: Source, engine: str) -> tuple[str, str]:
     return "lean", f"auto: model_type={source.config.model_type} is supported by the lean forward"
 
 
-def resolve_weights(source: Source, engine: str, weights: str, dtype: str) -> tuple[str, str]:
+def resolve_weights(
+    source: Source, engine: str, weights: str, dtype: str, device="cpu"
+) -> tuple[str, str]:
     _check(weights, WEIGHTS, "model.weights")
     if engine == "hf":
         if weights not in ("auto", dtype):
@@ -113,8 +115,24 @@ def resolve_weights(source: Source, engine: str, weights: str, dtype: str) -> tu
                 f"checkpoint unquantized in model.dtype={dtype})"
             )
         return dtype, "engine=hf runs the checkpoint in model.dtype"
+    cuda = torch.device(device).type == "cuda"
+    if weights == "int4" and cuda:
+        from engines.formats import cuda_int4_tiles
+
+        width = int(source.config.hidden_size)
+        if cuda_int4_tiles(width) is None:
+            raise UserError(
+                f"model.weights=int4 on CUDA: torch's int4 kernel needs a width divisible by "
+                f"32, this model's is {width}; use model.weights=auto (bfloat16) or int8"
+            )
     if weights != "auto":
         return weights, "asked for"
+    if source.gguf is not None and cuda:
+        return dtype, (
+            f"auto: on a GPU the GGUF blocks run dequantized in {dtype} (bandwidth is not what "
+            "limits a 135M model there, and bfloat16 matmuls are the GPU's fast path); "
+            "model.weights=int4 or int8 asks for the quantized kernels"
+        )
     if source.gguf is not None:
         return (
             "int4",
@@ -231,7 +249,7 @@ def choose_dtype(source: Source, engine: str, weights: str, dtype: str, device, 
 
     timed = {}
     for d in cands:
-        w, _ = resolve_weights(source, engine, weights, d)
+        w, _ = resolve_weights(source, engine, weights, d, device)
         k = choose_kernel(source, w, device, kernel)[0] if engine == "lean" else "aten"
         eng = build_engine(source, engine, w, d, device, k)
         c = step_costs(eng, sizes=(1, 8), context=64, repeats=3)
@@ -262,7 +280,7 @@ def load(
     device = torch.device(device)
     eng_name, eng_why = resolve_engine(source, engine)
     dt, dt_why = choose_dtype(source, eng_name, weights, dtype, device, kernel)
-    w, w_why = resolve_weights(source, eng_name, weights, dt)
+    w, w_why = resolve_weights(source, eng_name, weights, dt, device)
     k, k_why = (
         choose_kernel(source, w, device, kernel)
         if eng_name == "lean"

@@ -188,6 +188,25 @@ def test_quantized_weights_on_hf_engine_refused(tiny_target_dir):
         load(str(tiny_target_dir), "cpu", engine="hf", weights="int4", dtype="float32")
 
 
+def test_the_weight_choice_depends_on_the_device():
+    """The embedded GGUF runs int4 on a CPU and bfloat16 on CUDA unless asked; int4 asked on
+    CUDA is checked against the kernel's packing (576 wide fits innerKTiles 4, not 8)."""
+    from types import SimpleNamespace
+
+    from engines.formats import cuda_int4_tiles
+    from engines.load import resolve_weights
+
+    gguf = SimpleNamespace(gguf="model.gguf", config=SimpleNamespace(hidden_size=576))
+    assert resolve_weights(gguf, "lean", "auto", "float32", "cpu")[0] == "int4"
+    w, why = resolve_weights(gguf, "lean", "auto", "bfloat16", "cuda")
+    assert w == "bfloat16" and "on a GPU" in why
+    assert resolve_weights(gguf, "lean", "int4", "bfloat16", "cuda") == ("int4", "asked for")
+    assert cuda_int4_tiles(576) == 4 and cuda_int4_tiles(1536) == 8
+    odd = SimpleNamespace(gguf="model.gguf", config=SimpleNamespace(hidden_size=100))
+    with pytest.raises(UserError, match="width divisible by 32, this model's is 100"):
+        resolve_weights(odd, "lean", "int4", "bfloat16", "cuda")
+
+
 # --- weight formats ---------------------------------------------------------------------------
 
 

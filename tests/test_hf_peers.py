@@ -63,6 +63,33 @@ def test_hf_pld_reproduces_ar_and_counts_rounds(target):
     assert drafted > 0  # lookups happened, so verification of drafts was exercised
 
 
+def test_sampled_peer_seeds_on_its_generators_device(target, monkeypatch):
+    """At T > 0 generate() samples from the global RNG, seeded by one draw from the run's
+    generator, made on that generator's device (on CUDA the generator lives on the GPU and a
+    draw into a CPU tensor raises): same seed, same tokens."""
+    from bench.loop import generate
+    from groundfloor.clock import Clock
+    from groundfloor.sampling import SamplingParams
+
+    pld, p = peer(PLD, make_ctx(target, 4)), prompts(1, seed=5)[0]
+    seen = []
+    real = torch.randint
+
+    def spy(*a, generator=None, device=None, **kw):
+        if generator is not None:
+            seen.append((str(device), str(generator.device)))
+        return real(*a, generator=generator, device=device, **kw)
+
+    monkeypatch.setattr(torch, "randint", spy)
+
+    def tokens(seed):
+        g = torch.Generator().manual_seed(seed)
+        return generate(pld, p, 16, SamplingParams(1.0), set(), Clock(torch.device("cpu")), g)
+
+    assert tokens(3).output_ids == tokens(3).output_ids
+    assert seen and all(d == g for d, g in seen)
+
+
 def test_hf_assisted_with_hf_draft(target, tiny_draft_dir):
     ctx = make_ctx(target, 3)
     ar, asst = method("ar", ctx), peer(ASSISTED, ctx, model=str(tiny_draft_dir))
