@@ -255,7 +255,9 @@ class LeanEngine(Engine):
         want = {}
         for l in hidden:  # layer index → the keys it was asked under (2 and −1 may coincide)
             want.setdefault(l if l >= 0 else N + 1 + l, []).append(l)
-        cos, sin = self.model.rotary.tables(int(positions.max()) + 1)
+        # a position never exceeds its cache slot (left padding and tree depths only lower
+        # it), so start + n bounds the table without reading `positions` back from the device
+        cos, sin = self.model.rotary.tables(start + n)
         cos = cos[positions].to(self.dtype)  # (B, n, hd)
         sin = sin[positions].to(self.dtype)
         logits, hs = self.run(ids, cache.k, cache.v, start, cos, sin, mask, logits_to_keep, want)

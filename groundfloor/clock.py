@@ -1,6 +1,7 @@
 """The one clock: wall time split into phases (prefill, draft, verify, other).
 
-On CUDA each phase is bracketed by CUDA events and read after one synchronize at the end; on
+On CUDA each phase is bracketed by CUDA events and read after one synchronize at the end (the
+events are allocated once and reused turn after turn, so a round allocates nothing); on
 the CPU by `time.perf_counter_ns`. Work is synchronous there, so no fence is needed. A method never
 touches the clock: the decode loop wraps its calls.
 """
@@ -18,16 +19,21 @@ PHASES = ("prefill", "draft", "verify", "other")
 class Clock:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
+        self._events: list = []  # CUDA events, reused from one reset to the next
         self.reset()
 
     def reset(self) -> None:
         self._spans: list[tuple[str, object, object]] = []
         self._marks: dict[str, object] = {}
         self._open: tuple[str, object] | None = None
+        self._used = 0
 
     def _now(self):
         if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
+            if self._used == len(self._events):
+                self._events.append(torch.cuda.Event(enable_timing=True))
+            ev = self._events[self._used]
+            self._used += 1
             ev.record()
             return ev
         return time.perf_counter_ns()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from groundfloor.devices import host_tensor
 from groundfloor.sampling import SamplingParams
 
 
@@ -40,7 +41,8 @@ class DecodeState:
             grown = torch.empty(self.length + n + 64, dtype=self.ids.dtype, device=self.ids.device)
             grown[: self.length] = self.ids[: self.length]
             self.ids = grown
-        self.ids[self.length : self.length + n] = torch.tensor(tokens, dtype=self.ids.dtype)
+        new = host_tensor(tokens, self.ids.dtype, self.ids.device)
+        self.ids[self.length : self.length + n] = new
         self.length += n
 
     @classmethod
@@ -54,7 +56,7 @@ class DecodeState:
         cache,
     ) -> "DecodeState":
         ids = torch.empty(max(capacity, len(prompt_ids) + 1), dtype=torch.long, device=device)
-        ids[: len(prompt_ids)] = torch.tensor(prompt_ids, dtype=torch.long)
+        ids[: len(prompt_ids)] = host_tensor(prompt_ids, torch.long, ids.device)
         return cls(
             ids=ids,
             length=len(prompt_ids),

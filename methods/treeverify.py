@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from engines.base import tree_mask
+from groundfloor.devices import to_device
 from groundfloor.tree import TreeLayout
 
 
@@ -24,8 +25,8 @@ def verify_tree(
     (logits (1, N+1, V), and the hidden states asked for)."""
     cached = cache.length
     inp = torch.cat([root, tokens])[None]
-    pos = (cached + layout.depth.to(inp.device))[None]
-    mask = tree_mask(layout.ancestors.to(inp.device), cached)
+    pos = (cached + to_device(layout.depth, inp.device))[None]
+    mask = tree_mask(to_device(layout.ancestors, inp.device), cached)
     return engine.forward(inp, cache, positions=pos, mask=mask, hidden=hidden)
 
 

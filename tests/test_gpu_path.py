@@ -1,0 +1,84 @@
+"""What the CUDA path must not do in a decode round, checked on the CPU: read a device tensor
+back to the host inside the engine's forward, copy through pageable memory, allocate timing
+events per round."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_llama
+
+from engines.base import tree_mask
+from engines.load import wrap
+from groundfloor import clock as clock_mod
+from groundfloor.devices import host_tensor, to_device
+
+READS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__")
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Counts every read of a tensor's value back to the host (a sync on CUDA)."""
+    seen = []
+    for name in READS:
+        real = getattr(torch.Tensor, name)
+
+        def spy(self, *a, _real=real, _name=name, **kw):
+            seen.append(_name)
+            return _real(self, *a, **kw)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    return seen
+
+
+def test_a_lean_forward_reads_nothing_back(reads):
+    eng = wrap(tiny_llama(0), "lean")
+    cache = eng.new_cache(64)
+    eng.forward(torch.tensor([[5, 6, 7, 8]]), cache, logits_to_keep=1)  # prefill
+    reads.clear()
+    eng.forward(torch.tensor([[9]]), cache)  # one decode step
+    depth = torch.tensor([0, 1, 1, 2])  # a verify over a small tree, positions and mask given
+    anc = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    eng.forward(
+        torch.tensor([[10, 11, 12, 13]]),
+        cache,
+        positions=(cache.length + depth)[None],
+        mask=tree_mask(anc, cache.length),
+    )
+    assert reads == []
+
+
+def test_host_copies_are_plain_on_the_cpu(monkeypatch):
+    def no_pinning(self):
+        raise AssertionError("pinned memory needs CUDA")
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", no_pinning)
+    t = to_device(torch.arange(3), "cpu")
+    assert t.tolist() == [0, 1, 2]
+    assert host_tensor([4, 5], torch.long, "cpu").tolist() == [4, 5]
+
+
+def test_cuda_events_are_allocated_once_and_reused(monkeypatch):
+    made = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            made.append(self)
+            self.t = 0.0
+
+        def record(self):
+            self.t = float(len(made))
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    monkeypatch.setattr(clock_mod.torch.cuda, "Event", Event)
+    monkeypatch.setattr(clock_mod.torch.cuda, "synchronize", lambda *a: None)
+    c = clock_mod.Clock(torch.device("cuda"))
+    for _ in range(3):  # three turns of three phases
+        c.reset()
+        for name in ("prefill", "draft", "verify"):
+            with c.phase(name):
+                pass
+        c.read()
+    assert len(made) == 6  # one pair per phase of a turn, not per phase of every turn
