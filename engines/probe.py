@@ -55,6 +55,12 @@ def curve(engine, sizes=SIZES, warm: bool = False) -> dict:
     return per[key][0]
 
 
+def timed(engine, sizes=SIZES) -> dict | None:
+    """The curve `curve` has timed for this engine (warm or not), or None: no timing here."""
+    got = _CURVES.get(engine, {}).get(tuple(sizes))
+    return got[0] if got else None
+
+
 def ratios(costs: dict) -> dict:
     base = costs[min(costs)]
     return {q: c / base for q, c in costs.items()}

@@ -4,12 +4,14 @@ A verify forward over n new tokens costs c(n) (engines.probe: median of timed fo
 128-token prefill, one clock). On a 2-core CPU c grows steeply with n; on a GPU it is flat up to
 dozens of tokens. The automatic budget picks the largest n with c(n) ≤ ratio · c(1): a round may
 cost at most `ratio` times a plain decoding step. The curve and the choice are reported with
-the run.
+the run; a method is built with a provisional budget and calibrated on the run's warm curve.
 """
 
 from __future__ import annotations
 
-from engines.probe import curve
+from engines.probe import step_costs, timed
+
+QUICK = (1, 2, 4, 8, 16, 32)  # a provisional curve's sizes: one repeat each, about a second
 
 
 def choose(costs: dict, ratio: float) -> int:
@@ -20,6 +22,8 @@ def choose(costs: dict, ratio: float) -> int:
 
 
 def auto_tokens(engine, ratio: float) -> tuple[int, dict]:
-    """(tokens per verify forward, the timed curve); timed once per engine."""
-    costs = curve(engine)
+    """A provisional (tokens per verify forward, curve) for a method being built: the curve the
+    engine already has, else a quick one (one repeat over QUICK). The run replaces it with its
+    curve timed after warm-up (Method.calibrate), so the full curve is timed once per engine."""
+    costs = timed(engine) or step_costs(engine, sizes=QUICK, repeats=1)
     return choose(costs, ratio), costs

@@ -100,6 +100,21 @@ def test_the_cost_curve_is_timed_again_once_the_engine_is_warm():
     assert probe.curve(engine, sizes=(1, 2)) is warm is probe.curve(engine, (1, 2), warm=True)
 
 
+def test_an_automatic_budget_is_built_without_timing_the_full_curve(tmp_path):
+    """EAGLE's auto budget at construction reads the engine's curve if one was timed, else a
+    quick provisional one: the full curve is timed once, by the run, after warm-up."""
+    from methods import budget
+
+    engine = wrap(tiny_llama(0), "lean")
+    d = save_head(engine, "eagle", tmp_path / "head")
+    m = eagle_method(engine, "eagle", d, total_tokens="auto", k=6)
+    assert probe.timed(engine) is None  # nothing cached: the full curve was not timed
+    assert [int(q) for q in m.info["verify_cost_ms"]] == list(budget.QUICK)
+    full = probe.curve(engine, warm=True)
+    again = eagle_method(engine, "eagle", d, total_tokens="auto", k=6)
+    assert again.info["verify_cost_ms"] == {q: round(c * 1e3, 2) for q, c in full.items()}
+
+
 def test_eagle_rechooses_its_budget_from_the_warm_curve_and_never_drafts_deeper(target, tmp_path):
     d = save_head(target, "eagle", tmp_path / "head")
     m = eagle_method(target, "eagle", d, total_tokens="auto", k=6)
