@@ -9,6 +9,7 @@ second. Models are used exactly as transformers defines them.
 from __future__ import annotations
 
 import importlib.util
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -42,11 +43,26 @@ def embedded_dir(name: str) -> Path:
         raise UserError(f"embedded model {name!r} is unknown; known: {', '.join(EMBEDDED)}")
     spec = EMBEDDED[name]
     out = cache_root() / name
-    if (out / "model.safetensors").exists() and (out / "config.json").exists():
-        _drop_quantization_config(out / "config.json")
-        return out
-    _convert_gguf(_wheel_dir(spec), spec["gguf"], out)
+    ready = lambda: (out / "model.safetensors").exists() and (out / "config.json").exists()  # noqa: E731
+    if not ready():
+        with _locked(cache_root() / f"{name}.lock"):  # processes side by side convert once
+            if not ready():
+                _convert_gguf(_wheel_dir(spec), spec["gguf"], out)
+    _drop_quantization_config(out / "config.json")
     return out
+
+
+@contextmanager
+def _locked(path: Path):
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _drop_quantization_config(path: Path) -> None:
