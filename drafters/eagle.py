@@ -71,9 +71,9 @@ class Attention(nn.Module):
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         kk = k if past_k is None else torch.cat([past_k, k], dim=-2)
         vv = v if past_v is None else torch.cat([past_v, v], dim=-2)
-        rep = self.nh // self.nkv
+        # grouped heads read their shared K/V in place (no per-call copy of the cache)
         out = F.scaled_dot_product_attention(
-            q, kk.repeat_interleave(rep, 1), vv.repeat_interleave(rep, 1), attn_mask=mask
+            q, kk, vv, attn_mask=mask, enable_gqa=self.nh != self.nkv
         )
         return self.o_proj(out.transpose(1, 2).reshape(B, n, -1)), k, v
 
