@@ -137,7 +137,7 @@ def overall_row(summary) -> dict:
     return out
 
 
-def run_method(method: str, overrides: list[str], out: Path, progress=None):
+def run_method(method: str, overrides: list[str], out: Path, progress=None, shared=None):
     """({"summary": overall row, "units": per unit}, env) of one run, or (None, reason) when the
     method's default config cannot run here (e.g. it needs a drafter that is not configured);
     errors once the run has started measuring propagate."""
@@ -146,7 +146,7 @@ def run_method(method: str, overrides: list[str], out: Path, progress=None):
 
     cfg = compose([f"method={method}", *overrides, f"out='{out}'"])
     try:
-        summary, _, _ = execute(cfg, out, progress)
+        summary, _, _ = execute(cfg, out, progress, shared)
     except UserError as e:
         if (out / "records.jsonl").exists():
             raise
@@ -163,11 +163,12 @@ def measure(exp: dict, extra: list[str], out: Path) -> tuple[dict, dict, dict]:
     overrides = [*exp["run_overrides"], *extra]
     check_overrides(overrides)
     now, skipped, env = {}, {}, {}
+    shared: dict = {}  # the target engine (and its cost curve) loaded once for every cell
     console = Console(stderr=True)
     with progress_bar(console) as progress:
         for method in method_names(exp):
             own = exp.get("method_overrides", {}).get(method, [])
-            row, info = run_method(method, [*overrides, *own], out / method, progress)
+            row, info = run_method(method, [*overrides, *own], out / method, progress, shared)
             if row is None:
                 skipped[method] = info
                 console.print(f"[dim]skipped {method}: {info}[/dim]")
