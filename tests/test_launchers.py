@@ -126,6 +126,9 @@ def test_a_killed_sweep_resumes_without_repeating_finished_work(tiny_target_dir,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell without job control starts background commands with SIGINT ignored, and the
+        # child would inherit that: give it the default, so Ctrl-C reaches it as from a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 300
     first = None
