@@ -98,9 +98,13 @@ def paired_change(base: dict[str, dict], now: dict[str, dict]) -> tuple[float, i
     return float(np.mean(d)), len(common)
 
 
+def standard_error(n: int, s_now: float, s_base: float) -> float:
+    """SE of D from the two runs' AR-against-AR spreads over n units."""
+    return math.sqrt((s_now**2 + s_base**2) / n)
+
+
 def fails_speedup(d: float, n: int, s_now: float, s_base: float, tol: float) -> bool:
-    se = math.sqrt((s_now**2 + s_base**2) / n)
-    return d < -threshold(se, tol)
+    return d < -threshold(standard_error(n, s_now, s_base), tol)
 
 
 def geo_speedup(units: dict[str, dict]) -> float | None:
@@ -115,14 +119,14 @@ def check_speedup(
     b, m = geo_speedup(base), geo_speedup(now)
     if n < 2 or any(_missing(s) for s in noise):
         return Row(method, "speedup", b, m, f"{n} common units: not compared", "REGRESSION")
-    se = math.sqrt((noise[0] ** 2 + noise[1] ** 2) / n)
+    se = standard_error(n, *noise)
     t = threshold(se, tol.speedup_tol)
     p = power(se, tol.speedup_tol)
     rule = (
         f"paired change {math.exp(d) - 1:+.1%} ≥ {math.exp(-t) - 1:.1%} "
         f"({n} units, SE {se:.3f}, power {p:.0%} at −{tol.speedup_tol:.0%})"
     )
-    if d < -t:
+    if fails_speedup(d, n, *noise, tol.speedup_tol):
         return Row(method, "speedup", b, m, rule, "REGRESSION")
     if p < 0.9:
         return Row(method, "speedup", b, m, rule, "underpowered")
