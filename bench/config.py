@@ -83,6 +83,23 @@ def register() -> None:
         OmegaConf.register_new_resolver("sweep_id", lambda: sweep_id())
 
 
+def compose(overrides: list[str], what: str = "overrides"):
+    """The run config `python -m bench OVERRIDES` would build, for commands that run cells
+    themselves (the gate, the GPU check); a bad override is one UserError naming `what`."""
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    register()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return hcompose("config", overrides=overrides)
+    except HydraException as e:
+        raise UserError(f"{what} {overrides}: {str(e).splitlines()[0]}")
+
+
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 

@@ -56,6 +56,7 @@ def record(
         "recount_tokens": res.recount_tokens,
         "stop": res.stop,
         "wall_s": wall,
+        "host_wall_s": t.get("host_wall", t["wall"]) / 1e9,
         "prefill_s": t["prefill"] / 1e9,
         "draft_s": t["draft"] / 1e9,
         "verify_s": t["verify"] / 1e9,

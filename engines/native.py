@@ -4,13 +4,17 @@ products and the per-row layer ops of the lean forward (norm, rotary, attention,
     mod, why = native.kernels()      # the compiled module, or None and the reason
 
 The source is compiled once per machine kind by torch's C++ extension loader (a minute on two
-cores) into $SPECSWEEP_KERNELS (default ~/.cache/specsweep-kernels) and reused afterwards.
+cores) into $SPECSWEEP_KERNELS (default ~/.cache/specsweep-kernels), in a folder named by a hash
+of the source, the flags and torch's version, and reused afterwards: a built module is imported
+as it is, so another checkout of the same source (a clean clone, CI) does not rebuild it.
 With AVX2 and FMA it is built vectorized; otherwise as portable C++. Where no compiler is
 available the engine falls back to torch's own int4/int8 kernels, and says so in `describe()`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 from pathlib import Path
 
@@ -35,24 +39,41 @@ def kernels():
         return None, _STATE["why"]
     kind, cflags = _flags()
     try:
+        import torch
         from torch.utils.cpp_extension import load
 
+        key = hashlib.sha256(
+            SOURCE.read_bytes() + " ".join([kind, *cflags, torch.__version__]).encode()
+        ).hexdigest()[:12]
+        name = f"specsweep_cpu_{kind}_{key}"
         # its own folder, not under $SPECSWEEP_CACHE (tests point that at temporary folders)
         build = (
             Path(os.environ.get("SPECSWEEP_KERNELS", Path.home() / ".cache" / "specsweep-kernels"))
-            / kind
+            / name
         )
-        build.mkdir(parents=True, exist_ok=True)
-        mod = load(
-            name=f"specsweep_cpu_{kind}",
-            sources=[str(SOURCE)],
-            extra_cflags=cflags,
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(build),
-            verbose=False,
-        )
+        built = build / f"{name}.so"
+        if built.exists() and not (build / "lock").exists():
+            mod = _import(name, built)
+        else:
+            build.mkdir(parents=True, exist_ok=True)
+            mod = load(
+                name=name,
+                sources=[str(SOURCE)],
+                extra_cflags=cflags,
+                extra_ldflags=["-fopenmp"],
+                build_directory=str(build),
+                verbose=False,
+            )
         _STATE.update(mod=mod, why=f"built {kind}")
     except Exception as e:  # no compiler, no headers: torch's kernels remain
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         _STATE.update(mod=None, why=f"could not build ({first[:200]})")
     return _STATE["mod"], _STATE["why"]
+
+
+def _import(name: str, path: Path):
+    """The extension module built earlier at `path` (its init function is named after `name`)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -3,7 +3,9 @@
 On CUDA each phase is bracketed by CUDA events and read after one synchronize at the end (the
 events are allocated once and reused turn after turn, so a round allocates nothing); on
 the CPU by `time.perf_counter_ns`. Work is synchronous there, so no fence is needed. A method never
-touches the clock: the decode loop wraps its calls.
+touches the clock: the decode loop wraps its calls. `read` also gives `host_wall`, the host's
+clock from the first span's start to the read (after the synchronize): on CUDA the check that
+the events time what the host waits for (bench.gpu_check); on the CPU the same clock as `wall`.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ class Clock:
         self._marks: dict[str, object] = {}
         self._open: tuple[str, object] | None = None
         self._used = 0
+        self._host0: int | None = None  # the host's clock at the first span's start
 
     def _now(self):
+        if self._host0 is None:
+            self._host0 = time.perf_counter_ns()
         if self.cuda:
             if self._used == len(self._events):
                 self._events.append(torch.cuda.Event(enable_timing=True))
@@ -64,9 +69,11 @@ class Clock:
         return b - a
 
     def read(self) -> dict[str, int]:
-        """Totals per phase plus `wall` (first start → last end) and marks, in nanoseconds."""
+        """Totals per phase plus `wall` (first start → last end), `host_wall` and marks, in
+        nanoseconds."""
         if self.cuda:
             torch.cuda.synchronize()
+        host = time.perf_counter_ns() - self._host0 if self._host0 is not None else 0
         out = {p: 0 for p in PHASES}
         for name, a, b in self._spans:
             out[name] = out.get(name, 0) + self._ns(a, b)
@@ -77,4 +84,5 @@ class Clock:
                 out[name] = self._ns(first, m)
         else:
             out["wall"] = 0
+        out["host_wall"] = host
         return out

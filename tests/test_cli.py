@@ -163,13 +163,68 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("args,message", BAD)
-def test_bad_input_is_one_clear_line(args, message, tmp_path):
+# One interpreter runs every case above as `python -m bench ARGV` would (runpy, as __main__; a
+# fresh Hydra each time, stderr captured, SystemExit's code kept) instead of one interpreter
+# start per case; a few cases also go through a real `python -m bench`.
+DRIVER = """
+import contextlib, io, json, runpy, sys, traceback
+from hydra.core.global_hydra import GlobalHydra
+results = []
+for argv in json.loads(sys.stdin.read()):
+    err, code = io.StringIO(), 0
+    GlobalHydra.instance().clear()
+    sys.argv = ["bench", *argv]
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            runpy.run_module("bench", run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code
+        except BaseException:
+            code = "raised"
+            err.write(traceback.format_exc())
+    results.append({"code": code, "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bad")
+    argvs = [[*args, "limit=1", f"out={out / str(i)}"] for i, (args, _) in enumerate(BAD)]
+    p = subprocess.run(
+        [sys.executable, "-c", DRIVER],
+        cwd=ROOT,
+        env=ENV,
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def one_clear_line(code, stderr: str, message: str) -> None:
+    assert code == 2, stderr
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("error: ") and message in lines[-1], stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.xdist_group("bad_input")  # one worker runs the driver once (make test: loadgroup)
+@pytest.mark.parametrize("case", range(len(BAD)), ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_clear_line(case, bad_results):
+    one_clear_line(bad_results[case]["code"], bad_results[case]["stderr"], BAD[case][1])
+
+
+FRESH = ["tempreature=1", "k=0", "model.target=/nonexistent/model"]  # overrides, validate, load
+
+
+@pytest.mark.parametrize("arg", FRESH)
+def test_bad_input_is_one_clear_line_from_a_fresh_interpreter(arg, tmp_path):
+    args, message = next((a, m) for a, m in BAD if arg in a)
     p = bench(*args, "limit=1", f"out={tmp_path / 'o'}")
-    assert p.returncode == 2, p.stderr
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert lines[-1].startswith("error: ") and message in lines[-1], p.stderr
-    assert "Traceback" not in p.stderr
+    one_clear_line(p.returncode, p.stderr, message)
 
 
 def test_malformed_jsonl_names_file_and_line(tmp_path):

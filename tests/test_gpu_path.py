@@ -82,3 +82,24 @@ def test_cuda_events_are_allocated_once_and_reused(monkeypatch):
                 pass
         c.read()
     assert len(made) == 6  # one pair per phase of a turn, not per phase of every turn
+
+
+def test_the_clock_reads_the_hosts_wall_time_beside_the_events(monkeypatch):
+    """host_wall runs from the first span's start to the read after the synchronize: on CUDA it
+    is what bench.gpu_check holds the events' wall against; each reset starts it again."""
+    import time
+
+    waited = []
+    monkeypatch.setattr(clock_mod.torch.cuda, "synchronize", lambda *a: waited.append(1))
+    c = clock_mod.Clock(torch.device("cpu"))
+    for _ in range(2):
+        c.reset()
+        with c.phase("verify"):
+            time.sleep(0.02)
+        time.sleep(0.01)
+        t = c.read()
+        assert 0.02e9 <= t["wall"] < t["host_wall"] < 0.5e9
+        assert t["host_wall"] - t["wall"] >= 0.01e9
+    assert not waited  # the CPU clock never synchronizes
+    c.reset()
+    assert c.read()["host_wall"] == 0

@@ -96,3 +96,40 @@ def test_id_shards_round_trip_and_resume(tiny_target_dir, tmp_path, monkeypatch)
     again = distill.build(str(tiny_target_dir), rows, 10, LAYERS, how, batch=3)
     assert all(torch.equal(a["hidden"][-1], b["hidden"][-1]) for a, b in zip(seqs, again))
     assert all(a["hidden"][1].shape[0] == len(a["ids"]) for a in again)
+
+
+def test_a_turn_repeated_inside_the_next_one_is_cut_from_its_states(engine, tmp_path, monkeypatch):
+    """Turn 1's ids begin turn 2's: its states are sliced from turn 2's forward, equal to its own
+    forward's within the float tolerance of another batch shape; a record that is not a prefix
+    (retokenized differently) is forwarded itself."""
+    monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path))
+    g = torch.Generator().manual_seed(4)
+    first = torch.randint(3, 120, (11,), generator=g)
+    second = torch.cat([first, torch.randint(3, 120, (6,), generator=g)])
+    other = torch.randint(3, 120, (9,), generator=g)
+    changed = torch.cat([other[:-1] + 1, torch.randint(3, 120, (5,), generator=g)])
+    recs = [
+        {"id": "a", "ids": first, "turn": 0},
+        {"id": "a/turn2", "ids": second, "turn": 1},
+        {"id": "b", "ids": other, "turn": 0},
+        {"id": "b/turn2", "ids": changed, "turn": 1},
+    ]
+    assert states.prefix_hosts(recs) == {0: 1}
+    assert states.prefix_hosts(
+        recs + [{"id": "a/turn3", "ids": torch.cat([second, first]), "turn": 2}]
+    ) == {0: 4, 1: 4}
+    shard = tmp_path / "shard-0000.npz"
+    np.savez(shard, lengths=np.array([len(r["ids"]) for r in recs]))
+    seen = []
+    real = states.teacher_forced
+    monkeypatch.setattr(
+        states, "teacher_forced", lambda e, seqs, l: seen.extend(seqs) or real(e, seqs, l)
+    )
+    monkeypatch.setattr("engines.load.load", lambda *a, **k: (engine, {}))
+    out = states.with_states("tiny", "k", [shard], [dict(r) for r in recs], LAYERS, HOW)
+    assert not any(s is first for s in seen) and len(seen) == 3
+    alone = real(engine, [first], LAYERS)[0]
+    for layer in LAYERS:
+        a, b = out[0]["hidden"][layer].float(), alone[layer].float()
+        assert a.shape == b.shape
+        assert ((a - b).abs() <= torch.maximum(a.abs() * 2.0**-7, torch.tensor(1e-3))).all()

@@ -245,3 +245,21 @@ def test_each_drafter_yaml_names_its_training_spec():
     bad = OmegaConf.create({"drafter": {"name": "mystery", "_target_": "bench.nowhere.Spec"}})
     with pytest.raises(UserError, match="drafter=mystery: cannot import 'bench.nowhere.Spec'"):
         spec_class(bad)
+
+
+def test_a_coverage_vocabulary_is_the_fewest_frequent_ids_covering_the_held_out_answers():
+    train = torch.tensor([50, 0, 30, 10, 5, 5])  # ranked by the training answers: 0, 2, 3, 4, 5
+    held = torch.tensor([40, 0, 40, 15, 4, 1])
+    ids, cov = specs.coverage_vocab(train, held, goal=0.95)
+    assert ids.tolist() == [0, 2, 3] and cov == pytest.approx(0.95)
+    ids, cov = specs.coverage_vocab(train, held, goal=0.99)
+    assert ids.tolist() == [0, 2, 3, 4] and cov == pytest.approx(0.99)
+    assert specs.coverage_vocab(train, held, goal=0.99, cap=2)[0].tolist() == [0, 2]
+    seqs = {
+        "train": [{"ids": torch.tensor([9, 0, 0, 2]), "start": 1}],
+        "eval": [{"ids": torch.tensor([9, 2, 3]), "start": 1}],
+    }
+    ids, cov = specs.draft_vocab(seqs, 6, 1)
+    assert ids.tolist() == [0] and cov == 0.0  # the held-out answers hold no 0
+    with pytest.raises(Exception, match="vocab_size='lots' is not valid"):
+        specs.draft_vocab(seqs, 6, "lots")

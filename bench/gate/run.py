@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.config import CONF, check_overrides, group_options, register
+from bench.config import CONF, check_overrides, compose, group_options
 from bench.gate import power
 from bench.gate.rules import Row, Tolerances, compare, env_problems
 from bench.gate.units import stored, units_of
@@ -106,21 +106,6 @@ def method_names(exp: dict) -> list[str]:
     return list(names)
 
 
-def compose(overrides: list[str]):
-    from hydra import compose as hcompose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-
-    register()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            return hcompose("config", overrides=overrides)
-    except HydraException as e:
-        raise UserError(f"gate overrides {overrides}: {str(e).splitlines()[0]}")
-
-
 def overall_row(summary) -> dict:
     """The task='all' row of a summary (or its only task's row), over every category, as plain
     floats."""
@@ -144,7 +129,7 @@ def run_method(method: str, overrides: list[str], out: Path, progress=None, shar
     from bench.records import load
     from bench.runner import execute
 
-    cfg = compose([f"method={method}", *overrides, f"out='{out}'"])
+    cfg = compose([f"method={method}", *overrides, f"out='{out}'"], "gate overrides")
     try:
         summary, _, _ = execute(cfg, out, progress, shared)
     except UserError as e:

@@ -29,7 +29,7 @@ import torch
 from torch.nn import functional as F
 from transformers import AutoConfig
 
-from bench.train.specs import SequenceSpec, answer_counts, frequent_ids
+from bench.train.specs import SequenceSpec, answer_counts, draft_vocab, frequent_ids
 from drafters import eagle
 from drafters.draftvocab import inverse
 from engines.base import additive
@@ -80,7 +80,7 @@ class EagleSpec(SequenceSpec):
         kind: str,
         steps: int,
         eval_steps: int,
-        vocab_size: int | None,
+        vocab_size: int | str | None,
         batch_size: int,
         holdout: float,
         base: str,
@@ -106,8 +106,7 @@ class EagleSpec(SequenceSpec):
         counts = answer_counts(self.seqs["train"], V)
         self.frequent = frequent_ids(counts) if kind == "eagle" else None
         if kind == "eagle3":
-            d2t = counts.topk(min(vocab_size or V, V)).indices.sort().values
-            self.coverage = float(counts[d2t].sum() / counts.sum().clamp_min(1))
+            d2t, self.coverage = draft_vocab(self.seqs, V, vocab_size or V)
         cfg = eagle.head_config(target.config, kind)
         self.module = eagle.EagleHead(cfg, kind, self.layers, d2t).float().attach(target)
         self.module.embed = self.module.embed.float()

@@ -32,6 +32,41 @@ def frequent_ids(counts: torch.Tensor, n: int = FREQUENT) -> list[int]:
     return counts.topk(min(n, counts.numel())).indices.tolist()
 
 
+COVERAGE = 0.97  # share of held-out answer tokens a coverage-chosen draft vocabulary holds
+MAX_DRAFT_VOCAB = 8192  # its ceiling: the head's output layer stays small
+
+
+def coverage_vocab(
+    train: torch.Tensor, held_out: torch.Tensor, goal: float = COVERAGE, cap: int = MAX_DRAFT_VOCAB
+) -> tuple[torch.Tensor, float]:
+    """The draft vocabulary FR-Spec's way: the training answers' most frequent ids, the fewest
+    whose share of the held-out answer tokens reaches `goal` (at most `cap`). Returns the ids
+    (sorted) and the held-out coverage they reach."""
+    ranked = train.argsort(descending=True, stable=True)
+    share = held_out[ranked].cumsum(0).double() / held_out.sum().clamp_min(1)
+    reach = (share >= goal).nonzero()
+    n = min(int(reach[0]) + 1 if len(reach) else len(ranked), cap)
+    return ranked[:n].sort().values, float(share[n - 1])
+
+
+def draft_vocab(seqs: dict, vocab: int, size) -> tuple[torch.Tensor, float]:
+    """The draft vocabulary a drafter config's `vocab_size` asks for: an integer (the most
+    frequent training answer tokens) or "coverage" (coverage_vocab); with its held-out
+    coverage."""
+    train = answer_counts(seqs["train"], vocab)
+    held = answer_counts(seqs["eval"], vocab) if seqs.get("eval") else train
+    if str(size) == "coverage":
+        return coverage_vocab(train, held)
+    try:
+        n = min(int(size), vocab)
+    except (TypeError, ValueError):
+        from groundfloor.errors import UserError
+
+        raise UserError(f"vocab_size={size!r} is not valid; give an integer or coverage")
+    ids = train.topk(n).indices.sort().values
+    return ids, float(held[ids].sum() / held.sum().clamp_min(1))
+
+
 def is_heldout(prompt_id: str, fraction: float) -> bool:
     h = int.from_bytes(hashlib.sha256(prompt_id.encode()).digest()[:4], "little")
     return (h % 10_000) < fraction * 10_000
@@ -180,7 +215,7 @@ class DraftSpec(SequenceSpec):
             data,
             target,
             int(d.num_layers),
-            int(d.vocab_size),
+            d.vocab_size,
             int(d.batch_size),
             float(cfg.holdout),
             str(cfg.target),
@@ -191,7 +226,7 @@ class DraftSpec(SequenceSpec):
         data: list[dict],
         target,
         num_layers: int,
-        vocab_size: int,
+        vocab_size: int | str,
         batch_size: int,
         holdout: float,
         base: str,
@@ -201,11 +236,8 @@ class DraftSpec(SequenceSpec):
         self.batch_size, self.base = batch_size, base
         self.split(data, holdout)
         V = target.config.vocab_size
-        counts = answer_counts(self.seqs["train"], V)
-        vocab_size = min(vocab_size, V)
-        self.d2t = counts.topk(vocab_size).indices.sort().values
+        self.d2t, self.coverage = draft_vocab(self.seqs, V, vocab_size)
         self.t2d = inverse(self.d2t, V)
-        self.coverage = float(counts[self.d2t].sum() / counts.sum().clamp_min(1))
         self.module = draftmodel.from_target(target, num_layers, self.d2t)
         self.module.requires_grad_(True)
 

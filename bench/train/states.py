@@ -11,6 +11,10 @@ after the final norm; EAGLE-3: its three), and cached locally:
 
 A teacher-forced forward computes, position by position, what the decode computed one token at a
 time; they agree up to the float reductions of different batch shapes (tests/test_states.py).
+A record whose ids begin a later turn of its conversation (turn 1's prompt and answer, when the
+second turn's prompt repeats them token for token) is not forwarded: a causal model's states of
+a prefix are the prefix of its states, so they are cut from the later turn's (~18% of the tokens
+of the shipped data).
 """
 
 from __future__ import annotations
@@ -56,6 +60,29 @@ def teacher_forced(engine, seqs: list[torch.Tensor], layers: list[int]) -> list[
         {l: out.hidden[l][b, int(pad[b]) :].to(torch.bfloat16).cpu() for l in layers}
         for b in range(len(seqs))
     ]
+
+
+def prefix_hosts(recs: list[dict]) -> dict[int, int]:
+    """{j: i}: record j's ids are a prefix of record i's, i not itself such a prefix. A turn-n
+    record is named "<id>/turn<n>" (n ≥ 2) after its conversation's first turn "<id>"."""
+    at = {r["id"]: j for j, r in enumerate(recs)}
+    inside: dict[int, int] = {}
+    for i, r in enumerate(recs):
+        base, sep, n = r["id"].rpartition("/turn")
+        if not sep or not n.isdigit():
+            continue
+        j = at.get(base if n == "2" else f"{base}/turn{int(n) - 1}")
+        if j is None:
+            continue
+        a, b = recs[j]["ids"], r["ids"]
+        if len(a) <= len(b) and torch.equal(b[: len(a)], a):
+            inside[j] = i
+    out = {}
+    for j, i in inside.items():
+        while i in inside:  # turn 1 inside turn 2 inside turn 3: cut from the last
+            i = inside[i]
+        out[j] = i
+    return out
 
 
 def _batches(lengths: list[int]):
@@ -114,11 +141,17 @@ def with_states(
             engine, _ = load(target, settings.get("device", "cpu"), **how)
         recs = per_shard[i]
         got: list[dict | None] = [None] * len(recs)
-        for group in _batches([len(r["ids"]) for r in recs]):
+        host = prefix_hosts(recs)
+        todo = [j for j in range(len(recs)) if j not in host]
+        for group in _batches([len(recs[j]["ids"]) for j in todo]):
+            group = [todo[g] for g in group]
             for j, st in zip(
                 group, teacher_forced(engine, [recs[j]["ids"] for j in group], layers)
             ):
                 got[j] = st
+        for j, h in host.items():
+            n = len(recs[j]["ids"])
+            got[j] = {l: got[h][l][:n].clone() for l in layers}
         for l in layers:
             tmp = _state_file(folder, shards[i], l).with_suffix(".tmp")
             torch.save([g[l] for g in got], tmp)
