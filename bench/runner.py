@@ -120,10 +120,13 @@ class Runner:
     def check_no_recompile(self, where: str) -> None:
         """A compiled engine must not compile inside the clock: that time would be counted."""
         if getattr(self.target, "compiled", False) and self.target.graphs() != self.graphs:
+            now = self.target.graphs()
+            grew = ", ".join(
+                f"{k} {self.graphs[k]} → {now[k]}" for k in now if now[k] != self.graphs[k]
+            )
             raise RuntimeError(
-                f"model.compile: torch.compile built new graphs during {where} "
-                f"(a timed turn); raise warmup= so that warm-up covers every "
-                f"shape, or run without model.compile"
+                f"model.compile: new graphs were built during {where} (a timed turn: {grew}); "
+                f"raise warmup= so that warm-up covers every shape, or run without model.compile"
             )
 
     def run(self, progress=None) -> Path:

@@ -270,15 +270,19 @@ class LeanEngine(Engine):
         does outside the clock; `recompiles()` counts graphs built since, so a timed turn that
         compiled can be refused."""
         mode = "reduce-overhead" if self.device.type == "cuda" else None
+        if mode:
+            count_cuda_graphs()
         self.run = torch.compile(self.model, dynamic=True, mode=mode)
         self.compiled = True
 
     @staticmethod
-    def graphs() -> int:
-        """Graphs compiled so far in this process (torch._dynamo's counter)."""
+    def graphs() -> dict:
+        """Graphs built so far in this process: torch._dynamo's compiled graphs, and the CUDA
+        graphs recorded (reduce-overhead records one per new shape, which a cache slice that
+        grows every step could make every step)."""
         from torch._dynamo.utils import counters
 
-        return int(counters["stats"]["unique_graphs"])
+        return {"dynamo": int(counters["stats"]["unique_graphs"]), "cuda_graphs": CAPTURES[0]}
 
     @property
     def embed_weight(self) -> torch.Tensor:
@@ -319,3 +323,22 @@ class LeanEngine(Engine):
             "output_layer": self.model.output.fmt,
             "compiled": self.compiled,
         }
+
+
+CAPTURES = [0]  # CUDA-graph recordings in this process (count_cuda_graphs)
+
+
+def count_cuda_graphs() -> None:
+    """Count every CUDA-graph recording from now on: torch's CUDAGraph.capture_begin, which
+    torch.cuda.graph and inductor's CUDA-graph trees call, wrapped once per process."""
+    cls = torch.cuda.graphs.CUDAGraph
+    if getattr(cls.capture_begin, "counted", False):
+        return
+    original = cls.capture_begin
+
+    def capture_begin(self, *args, **kwargs):
+        CAPTURES[0] += 1
+        return original(self, *args, **kwargs)
+
+    capture_begin.counted = True
+    cls.capture_begin = capture_begin

@@ -103,3 +103,30 @@ def test_the_clock_reads_the_hosts_wall_time_beside_the_events(monkeypatch):
     assert not waited  # the CPU clock never synchronizes
     c.reset()
     assert c.read()["host_wall"] == 0
+
+
+def test_cuda_graph_recordings_are_counted_and_refused_inside_a_timed_turn(monkeypatch):
+    """reduce-overhead records a CUDA graph per new shape; the compile check counts recordings
+    (torch's CUDAGraph.capture_begin, wrapped once) beside dynamo's graphs, and a timed turn
+    that recorded one is refused, naming the count that grew."""
+    from types import SimpleNamespace
+
+    from bench.runner import Runner
+    from engines import lean
+
+    calls = []
+    monkeypatch.setattr(
+        torch.cuda.graphs.CUDAGraph, "capture_begin", lambda self, *a, **k: calls.append(a)
+    )
+    monkeypatch.setattr(lean, "CAPTURES", [0])
+    lean.count_cuda_graphs()
+    lean.count_cuda_graphs()  # wrapped once, not twice
+    before = lean.LeanEngine.graphs()
+    torch.cuda.graphs.CUDAGraph.capture_begin(object(), "pool")
+    assert calls == [("pool",)] and lean.CAPTURES == [1]
+    after = lean.LeanEngine.graphs()
+    assert after["cuda_graphs"] == before["cuda_graphs"] + 1
+    target = SimpleNamespace(compiled=True, graphs=lambda: after)
+    with pytest.raises(RuntimeError, match=r"cuda_graphs 0 → 1"):
+        Runner.check_no_recompile(SimpleNamespace(target=target, graphs=before), "prompt p")
+    Runner.check_no_recompile(SimpleNamespace(target=target, graphs=after), "prompt p")
