@@ -72,13 +72,9 @@ CHAT = (
 
 
 def tokenizer(vocab: int):
-    """A word-level tokenizer of `vocab` ids: the chat specials, the benchmark prompts' most
-    frequent words, then filler words."""
+    """A word-level tokenizer of `vocab` ids over the benchmark prompts' most frequent words."""
     import re
     from collections import Counter
-
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     from tasks.loader import _task_cfg, load_prompts
 
@@ -88,9 +84,17 @@ def tokenizer(vocab: int):
         for t in p.turns
         for w in re.findall(r"\w+|[^\w\s]", t)
     )
-    ranked = ["user", "assistant"] + [w for w, _ in words.most_common()]
+    return word_tokenizer(["user", "assistant"] + [w for w, _ in words.most_common()], vocab)
+
+
+def word_tokenizer(words: list[str], vocab: int):
+    """A word-level tokenizer of `vocab` ids: the chat specials, `words` in order (as many as
+    fit), then filler words w0, w1, ...; whitespace and punctuation split; a ChatML template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     table: dict[str, int] = {}
-    for w in SPECIALS + ranked:
+    for w in SPECIALS + words:
         if len(table) < vocab and w not in table:
             table[w] = len(table)
     for i in range(vocab - len(table)):

@@ -37,37 +37,13 @@ WORDS = (
     "translate german english text story poem sea short make rhyme now more about what "
     "how why when who please explain step first then result total"
 ).split()
-CHAT = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> "
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant {% endif %}"
-)
 
 
 def tiny_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    """128 ids: the chat specials, WORDS, digits and punctuation, then filler words."""
+    from bench.gpu_check import word_tokenizer
 
-    specials = ["<unk>", "<|im_start|>", "<|im_end|>", "<pad>"]
-    vocab = {
-        w: i
-        for i, w in enumerate(
-            specials + WORDS + [str(d) for d in range(10)] + list(".,:;?!()=+-*/'\"_")
-        )
-    }
-    vocab.update({f"w{i}": len(vocab) + i for i in range(128 - len(vocab))})  # fill to 128
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()]
-    )
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        unk_token="<unk>",
-        eos_token="<|im_end|>",
-        pad_token="<pad>",
-        bos_token="<|im_start|>",
-    )
-    tok.chat_template = CHAT
-    return tok
+    return word_tokenizer(WORDS + [str(d) for d in range(10)] + list(".,:;?!()=+-*/'\"_"), 128)
 
 
 def tiny_llama(seed: int, vocab: int = 128, layers: int = 2, hidden: int = 32):
