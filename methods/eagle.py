@@ -37,24 +37,45 @@ from methods.base import TreeMethod, TreeProposal
 
 
 class HeadCache:
-    """The head's KV cache: keys/values (1, kv_heads, n, head_dim)."""
+    """The head's KV cache: keys/values (1, kv_heads, n, head_dim), written in place into
+    buffers that double when full (a round's drafted tokens are appended, its rejected ones
+    truncated: no per-step concatenation of the whole cache)."""
 
     def __init__(self):
-        self.k = self.v = None
+        self._k = self._v = None
+        self.n = 0
 
     def __len__(self) -> int:
-        return 0 if self.k is None else self.k.shape[-2]
+        return self.n
+
+    @property
+    def k(self):
+        return None if self._k is None else self._k[..., : self.n, :]
+
+    @property
+    def v(self):
+        return None if self._v is None else self._v[..., : self.n, :]
 
     def append(self, k, v) -> None:
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=-2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=-2)
+        m = k.shape[-2]
+        if self._k is None or self.n + m > self._k.shape[-2]:
+            cap = max(2 * (self.n + m), 64)
+            shape = (*k.shape[:-2], cap, k.shape[-1])
+            bk, bv = k.new_empty(shape), v.new_empty(shape)
+            if self.n:
+                bk[..., : self.n, :] = self._k[..., : self.n, :]
+                bv[..., : self.n, :] = self._v[..., : self.n, :]
+            self._k, self._v = bk, bv
+        self._k[..., self.n : self.n + m, :] = k
+        self._v[..., self.n : self.n + m, :] = v
+        self.n += m
 
     def truncate(self, n: int) -> None:
-        if self.k is not None:
-            self.k, self.v = self.k[..., :n, :], self.v[..., :n, :]
+        self.n = min(self.n, n)
 
     def nbytes(self) -> int:
-        return 0 if self.k is None else 2 * self.k.numel() * self.k.element_size()
+        """The buffers held (their capacity, not only the entries in use)."""
+        return 0 if self._k is None else 2 * self._k.numel() * self._k.element_size()
 
 
 @dataclass(frozen=True)

@@ -305,3 +305,25 @@ def test_frequency_ranked_draft_vocabulary(target, tmp_path):
     assert seen and seen <= set(frequent[:12])
     full = eagle_method(target, "eagle", tmp_path, draft_vocab=None)
     assert full.info["draft_vocab"] == 128
+
+
+def test_the_head_cache_writes_in_place_and_doubles_only_when_full():
+    """Appends land in one buffer (the same storage from step to step), rejected entries are
+    truncated away and overwritten, and growth past the capacity keeps every entry."""
+    g = torch.Generator().manual_seed(0)
+    cache, ref = HeadCache(), []
+    for step in range(40):
+        k = torch.randn(1, 2, 5, 4, generator=g)
+        cache.append(k, -k)
+        ref.append(k)
+        if step == 3:
+            storage = cache.k.untyped_storage().data_ptr()
+        if 3 < step < 12:  # 64 entries hold the first 12 steps
+            assert cache.k.untyped_storage().data_ptr() == storage
+        if step % 3 == 2:  # a round whose last 2 drafted entries were rejected
+            cache.truncate(len(cache) - 2)
+            ref[-1] = ref[-1][..., :3, :]
+        want = torch.cat(ref, dim=-2)
+        assert len(cache) == want.shape[-2]
+        assert torch.equal(cache.k, want) and torch.equal(cache.v, -want)
+    assert cache.nbytes() >= 2 * cache.k.numel() * 4

@@ -4,8 +4,11 @@ suite's own run per cell, and the report. (On CUDA the same command also runs Sm
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from bench import gpu_check
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only waits
 
 
 def test_the_gpu_check_runs_every_method_on_the_cpu_and_passes(tmp_path):
