@@ -51,17 +51,27 @@ def _quiet(df: pd.DataFrame) -> pd.Series:
     return df["quiet"].astype(bool) if "quiet" in df else pd.Series(True, index=df.index)
 
 
+def pairs(method: pd.DataFrame, base: pd.DataFrame, extra=()) -> pd.DataFrame:
+    """The interleaved pairs of a cell: repeat r of the method and of the baseline on each unit
+    side by side (columns suffixed _m and _b; `extra` columns kept too), with their pair ratio
+    `ratio` = method tokens/s ÷ baseline tokens/s."""
+    cols = UNIT + ["repeat", "new_tokens", "wall_s", *extra]
+    p = method[cols].merge(base[cols], on=UNIT + ["repeat"], suffixes=("_m", "_b"))
+    p["ratio"] = (p.new_tokens_m / p.wall_s_m) / (p.new_tokens_b / p.wall_s_b)
+    return p
+
+
 def unit_speed(method: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
     """Per unit: the median pair ratio over quiet pairs (all pairs if none is quiet), the unit's
     median times over quiet repeats, and its interference flags."""
-    cols = UNIT + ["repeat", "new_tokens", "wall_s"]
-    m = method[cols].assign(quiet=_quiet(method).values)
-    b = base[cols].assign(quiet=_quiet(base).values)
-    pairs = m.merge(b, on=UNIT + ["repeat"], suffixes=("_m", "_b"))
-    pairs["ratio"] = (pairs.new_tokens_m / pairs.wall_s_m) / (pairs.new_tokens_b / pairs.wall_s_b)
-    pairs["both"] = pairs.quiet_m & pairs.quiet_b
+    both = pairs(
+        method.assign(quiet=_quiet(method).values),
+        base.assign(quiet=_quiet(base).values),
+        extra=["quiet"],
+    )
+    both["both"] = both.quiet_m & both.quiet_b
     rows = []
-    for key, g in pairs.groupby(UNIT, sort=True):
+    for key, g in both.groupby(UNIT, sort=True):
         use = g[g.both] if g.both.any() else g
         qm = g[g.quiet_m] if g.quiet_m.any() else g
         qb = g[g.quiet_b] if g.quiet_b.any() else g

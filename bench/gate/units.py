@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from bench.metrics import UNIT, unit_speed
+from bench.metrics import pairs, unit_speed
 
 
 def unit_key(prompt_id: str, turn: int) -> str:
@@ -27,19 +27,16 @@ def units_of(records: pd.DataFrame) -> dict[str, dict]:
     base = records[records.role == "baseline"]
     speed = unit_speed(method, base)
     planned = lambda df: df[~df.extra_round.astype(bool)] if "extra_round" in df else df  # noqa: E731
-    pairs = planned(method).merge(planned(base), on=UNIT + ["repeat"], suffixes=("_m", "_b"))
+    both = pairs(planned(method), planned(base), extra=["target_forwards", "output_ids"])
     out: dict[str, dict] = {}
     for row in speed.itertuples():
         key = unit_key(row.prompt_id, row.turn)
-        mine = pairs[(pairs.prompt_id == row.prompt_id) & (pairs.turn == row.turn)]
+        mine = both[(both.prompt_id == row.prompt_id) & (both.turn == row.turn)]
         mine = mine.sort_values("repeat")
         first = mine.iloc[0]
         out[key] = {
             "log_ratio": math.log(row.ratio),
-            "repeats": [
-                math.log((p.new_tokens_m / p.wall_s_m) / (p.new_tokens_b / p.wall_s_b))
-                for p in mine.itertuples()
-            ],
+            "repeats": [math.log(r) for r in mine.ratio],
             "new_tokens": int(first.new_tokens_m),
             "forwards": int(first.target_forwards_m),
             "ids": [int(t) for t in first.output_ids_m],
