@@ -13,7 +13,7 @@ import tomllib
 from conftest import ROOT
 
 PACKAGES = ("groundfloor", "engines", "tasks", "drafters", "methods", "bench")
-ENTRY_POINTS = {"__init__", "__main__", "engine_check"}  # bench/ files that may use any floor
+ENTRY_POINTS = {"__init__", "__main__", "engine_check", "gpu_check"}  # bench/ commands over the run
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
