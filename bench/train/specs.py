@@ -14,6 +14,7 @@ import torch
 
 from drafters import medusa
 from drafters.draftvocab import DraftVocab, inverse
+from groundfloor.errors import UserError
 
 FREQUENT = 8192  # token ids stored by frequency with heads that draft over the full vocabulary
 
@@ -60,8 +61,6 @@ def draft_vocab(seqs: dict, vocab: int, size) -> tuple[torch.Tensor, float]:
     try:
         n = min(int(size), vocab)
     except (TypeError, ValueError):
-        from groundfloor.errors import UserError
-
         raise UserError(f"vocab_size={size!r} is not valid; give an integer or coverage")
     ids = train.topk(n).indices.sort().values
     return ids, float(held[ids].sum() / held.sum().clamp_min(1))
