@@ -28,6 +28,7 @@ Writes gpu_check.md (the table) and summary.csv into --out; exit status 1 when a
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -71,6 +72,7 @@ CHAT = (
 )
 
 
+@functools.cache
 def tokenizer(vocab: int):
     """A word-level tokenizer of `vocab` ids over the benchmark prompts' most frequent words."""
     import re
@@ -177,8 +179,10 @@ def tiny_drafters(target, folder: Path) -> dict:
 
 
 def shipped_drafters() -> dict:
-    base = ROOT / "artifacts" / "smollm2-135m"
-    return {k: base / k for k in ("draft", "medusa", "eagle", "eagle3") if (base / k).is_dir()}
+    """The embedded model's drafters, where conf/model/smollm2-135m.yaml names them."""
+    model = compose(["model=smollm2-135m"], "gpu_check").model
+    paths = {k: ROOT / str(model[k]) for k in ("draft", "medusa", "eagle", "eagle3") if model[k]}
+    return {k: p for k, p in paths.items() if p.is_dir()}
 
 
 def save_model(m, path: Path) -> Path:

@@ -110,12 +110,9 @@ def near_llama(scale: float = 0.1, seed: int = 5):
     """The tiny target (tiny_llama(0)) with every weight perturbed by `scale` × its std: a draft
     that agrees with the target on about two thirds of greedy tokens, so accepts, full rounds
     and rejections part-way down all happen (a random draft accepts almost nothing)."""
-    model = tiny_llama(0)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale * p.std())
-    return model
+    from bench.gpu_check import perturbed
+
+    return perturbed(tiny_llama(0), scale, seed)
 
 
 @pytest.fixture(scope="session")
