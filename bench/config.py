@@ -31,6 +31,9 @@ class RunConfig:
     backend: str = "local"  # local: our engines in this process | server: a server the suite starts
     engine: str = "auto"  # backend=local: auto (lean where supported, else hf) | hf | lean
     k: Optional[int] = None  # draft length; None: the method's own default (method.k)
+    drafter_weights: str = (
+        "auto"  # learned drafters' layers: auto (int8 where timed faster) | float | int8
+    )
     temperature: float = 0.0  # 0: greedy, outputs checked token by token against the baseline
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1.0: off
@@ -282,6 +285,12 @@ def validate(cfg) -> None:
     )
     _need(
         cfg.check in CHECKS, f"check={cfg.check!r} is not valid; choose one of: {', '.join(CHECKS)}"
+    )
+    from drafters.weights import MODES
+
+    _need(
+        cfg.drafter_weights in MODES,
+        f"drafter_weights={cfg.drafter_weights!r} is not valid; choose one of: {', '.join(MODES)}",
     )
     _need(
         cfg.check != "distribution" or cfg.temperature > 0,

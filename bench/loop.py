@@ -100,6 +100,7 @@ def generate(
         res.round_depth.append(acc.depth)
         res.accept_lengths.append(len(tokens))
         res.drafted_tokens += acc.drafted
+        res.draft_steps += proposal.steps
         res.accepted_tokens += acc.n_draft_accepted
         bump(res.drafted_per_pos, acc.depth)
         bump(res.accepted_per_pos, acc.n_draft_accepted)

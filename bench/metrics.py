@@ -240,6 +240,20 @@ def _draft_overhead(x: Scope):
 
 
 @metric(
+    "draft_step_cost",
+    doc="d: drafting time per sequential drafter forward ÷ one target forward c(1), quiet "
+    "repeats (Leviathan et al.'s cost coefficient c; the drafter's prefill and its reading of "
+    "the verify included); empty for methods that draft by lookup",
+)
+def _draft_step_cost(x: Scope):
+    q = x.quiet
+    if "draft_steps" not in q or not x.costs or not q.draft_steps.notna().any():
+        return None
+    steps = q.draft_steps.sum()
+    return float(q.draft_s.sum() / steps / x.costs[min(x.costs)]) if steps else None
+
+
+@metric(
     "memory_overhead_mb",
     doc="static drafter memory + (method − baseline) peak delta, nothing counted twice",
 )

@@ -71,6 +71,7 @@ def record(
         "drafted_tokens": res.drafted_tokens,
         "verified_tokens": res.verified_tokens,
         "accepted_tokens": res.accepted_tokens,
+        "draft_steps": res.draft_steps,
         "drafted_per_pos": res.drafted_per_pos,
         "accepted_per_pos": res.accepted_per_pos,
         "static_mb": res.static_bytes / MB,

@@ -60,6 +60,7 @@ class Runner:
             cfg.model,
             cfg.k,
             frozenset(self.eos),
+            str(cfg.drafter_weights),
         )
         self.method = build_method(cfg.method, self.ctx)
         self.baseline = build_method(self.method.baseline, self.ctx)  # ar; hf_ar for hf_*

@@ -24,6 +24,7 @@ class TurnResult:
     drafted_tokens: int = 0
     verified_tokens: int = 0  # tokens verified after the root (lookahead's window included)
     accepted_tokens: int = 0
+    draft_steps: int = 0  # sequential drafter forwards over the turn (Proposal.steps summed)
     stop: str = "length"
     static_bytes: int = 0  # held by the method before the turn (weights, kept indexes)
     state_bytes: int = 0  # the turn's own drafter state (inside the peak delta already)

@@ -138,8 +138,18 @@ def load(path: Path, target, dtype: torch.dtype) -> DistilledDraft:
     return draft.to(dtype).to(target.device).eval().requires_grad_(False)
 
 
-def load_engine(path: Path, target):
-    """(draft engine, d2t) on the target engine's kind and activation dtype."""
+def head_weight(path: Path) -> torch.Tensor:
+    """The distilled draft's output layer (V_d, H): its largest matrix."""
+    from safetensors import safe_open
+
+    with safe_open(str(Path(path) / "model.safetensors"), "pt") as f:
+        return f.get_tensor("head.weight")
+
+
+def load_engine(path: Path, target, weights: str = "float"):
+    """(draft engine, d2t) on the target engine's kind and activation dtype; on the lean
+    engine `weights="int8"` runs its projections and output layer in int8 on the native
+    kernels (drafters.weights)."""
     import copy
 
     from transformers import AutoConfig
@@ -156,8 +166,15 @@ def load_engine(path: Path, target):
         tensors = {k: v for k, v in state.items() if k.startswith("model.")}
         tensors["model.embed_tokens.weight"] = target.embed_weight
         tensors["lm_head.weight"] = state["head.weight"]
-        fmt = str(target.dtype).removeprefix("torch.")
-        model = build.build(cfg, tensors, fmt, target.dtype, target.device)
+        fmt, kernel = (
+            ("int8", "native")
+            if weights == "int8"
+            else (
+                str(target.dtype).removeprefix("torch."),
+                "aten",
+            )
+        )
+        model = build.build(cfg, tensors, fmt, target.dtype, target.device, kernel)
         model.embed = target.embed_weight  # shared storage, not a copy
         return LeanEngine(model, fmt, f"distilled draft {path}"), d2t
     from engines.hf import HFEngine

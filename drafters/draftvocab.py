@@ -30,12 +30,23 @@ class DraftVocab:
         else:
             self.ids = torch.tensor(sorted(frequent[:size]), dtype=torch.long, device=weight.device)
             self.weight = weight.detach()[self.ids].contiguous()
+        self.linear = None  # int8 rows on the native kernels (quantize)
+
+    def quantize(self) -> None:
+        """Score through an int8 copy of the rows (drafters.weights); the full vocabulary is the
+        target's own layer and stays as the target runs it."""
+        from drafters.weights import to_linear
+
+        if self.ids is not None:
+            self.linear, self.weight = to_linear(self.weight), None  # the float copy freed
 
     @property
     def size(self) -> int:
-        return self.weight.shape[0]
+        return self.linear.out_features if self.linear is not None else self.weight.shape[0]
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.linear is not None:
+            return self.linear(x)
         return x @ self.weight.T.to(x.dtype)
 
     def to_target(self, idx: torch.Tensor) -> torch.Tensor:
@@ -44,4 +55,6 @@ class DraftVocab:
     def extra_bytes(self) -> int:
         if self.ids is None:
             return 0  # the target's own weights
+        if self.linear is not None:
+            return self.linear.nbytes() + self.ids.numel() * 8
         return self.weight.numel() * self.weight.element_size() + self.ids.numel() * 8

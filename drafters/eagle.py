@@ -60,8 +60,10 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(in_dim, self.nkv * self.hd, bias=bias)
         self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, mask, past_k=None, past_v=None):
-        """x (B, n, in); mask (B|1, 1, n, past + n) additive. → (out, k_new, v_new)."""
+    def forward(self, x, cos, sin, mask, past_k=None, past_v=None, cache=None):
+        """x (B, n, in); mask (B|1, 1, n, past + n) additive. → (out, k_new, v_new).
+        Past keys come either as tensors (training: concatenated) or as a `cache` with
+        append(k, v) and views .k/.v (drafting: the new keys written in place, then attended)."""
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         B, n, _ = x.shape
@@ -69,8 +71,12 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(B, n, self.nkv, self.hd).transpose(1, 2)
         v = self.v_proj(x).view(B, n, self.nkv, self.hd).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        kk = k if past_k is None else torch.cat([past_k, k], dim=-2)
-        vv = v if past_v is None else torch.cat([past_v, v], dim=-2)
+        if cache is not None:
+            cache.append(k, v)
+            kk, vv = cache.k, cache.v
+        else:
+            kk = k if past_k is None else torch.cat([past_k, k], dim=-2)
+            vv = v if past_v is None else torch.cat([past_v, v], dim=-2)
         # grouped heads read their shared K/V in place (no per-call copy of the cache)
         out = F.scaled_dot_product_attention(
             q, kk, vv, attn_mask=mask, enable_gqa=self.nh != self.nkv
@@ -92,8 +98,8 @@ class Layer(nn.Module):
             self.input_layernorm = LlamaRMSNorm(H, eps=eps)
             self.hidden_norm = LlamaRMSNorm(H, eps=eps)
 
-    def forward(self, residual, attn_in, cos, sin, mask, past_k=None, past_v=None):
-        a, k, v = self.self_attn(attn_in, cos, sin, mask, past_k, past_v)
+    def forward(self, residual, attn_in, cos, sin, mask, past_k=None, past_v=None, cache=None):
+        a, k, v = self.self_attn(attn_in, cos, sin, mask, past_k, past_v, cache)
         o = residual + a
         return o + self.mlp(self.post_attention_layernorm(o)), k, v
 
@@ -131,6 +137,7 @@ class EagleHead(nn.Module):
             self.register_buffer("d2t", d2t)  # absolute target ids (offsets only in the files)
         self.embed = None
         self.out_head = None
+        self._rope = None  # (cos, sin) table by position (rope)
         self.vocab = None  # eagle: a drafters.draftvocab.DraftVocab over the target's output layer
 
     @property
@@ -159,7 +166,9 @@ class EagleHead(nn.Module):
         return self.vocab.size
 
     def own_bytes(self) -> int:
-        n = sum(t.numel() * t.element_size() for t in self.state_dict().values())
+        """Its own weights and buffers (int8 layers included), not the target's it shares."""
+        own = [*self.parameters(), *self.buffers()]
+        n = sum(t.numel() * t.element_size() for t in own)
         return n + (self.vocab.extra_bytes() if self.vocab is not None else 0)
 
     def fuse(self, hidden: list[torch.Tensor]) -> torch.Tensor:
@@ -168,16 +177,31 @@ class EagleHead(nn.Module):
             return hidden[0]
         return self.fc(torch.cat(hidden, dim=-1))
 
-    def forward(self, feat, ids, positions, mask, past_k=None, past_v=None):
-        """feat (B, n, H) features f_t, ids (B, n) tokens x_{t+1}, positions (B, n) = t.
+    def rope(self, x: torch.Tensor, positions: torch.Tensor):
+        """cos, sin at `positions` (B, n): rows of a table computed once (grown by doubling)
+        by the target's rotary embedding, the same values it gives per call; rotary kinds that
+        rescale with the length ("dynamic") are computed per call."""
+        if "dynamic" in str(getattr(self.rotary, "rope_type", "default")):
+            return self.rotary(x, positions)
+        need = int(positions.max()) + 1
+        t = self._rope
+        if t is None or t[0].shape[0] < need or t[0].device != x.device or t[0].dtype != x.dtype:
+            span = torch.arange(max(2 * need, 256), device=x.device)[None]
+            cos, sin = self.rotary(x, span)
+            self._rope = t = (cos[0], sin[0])
+        return t[0][positions], t[1][positions]
+
+    def forward(self, feat, ids, positions, mask, past_k=None, past_v=None, cache=None):
+        """feat (B, n, H) features f_t, ids (B, n) tokens x_{t+1}, positions (B, n) = t;
+        past keys as tensors or a `cache` (Attention.forward).
         → (out (B, n, H): predicted f_{t+1}, new keys, new values)."""
         emb = F.embedding(ids, self.embed).to(feat.dtype)
-        cos, sin = self.rotary(feat, positions)
+        cos, sin = self.rope(feat, positions)
         if self.kind == "eagle":
             a = self.fc(torch.cat([emb, feat], dim=-1))
-            return self.layer(a, a, cos, sin, mask, past_k, past_v)
+            return self.layer(a, a, cos, sin, mask, past_k, past_v, cache)
         a = torch.cat([self.midlayer.input_layernorm(emb), self.midlayer.hidden_norm(feat)], -1)
-        return self.layer(feat, a, cos, sin, mask, past_k, past_v)
+        return self.layer(feat, a, cos, sin, mask, past_k, past_v, cache)
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits (full vocabulary for `eagle`)."""

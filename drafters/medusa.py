@@ -69,7 +69,7 @@ class MedusaHeads(nn.Module):
         return torch.stack([f[i] @ self.own[i].T for i in range(self.num_heads)])
 
     def extra_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.parameters())
+        return sum(t.numel() * t.element_size() for t in [*self.parameters(), *self.buffers()])
 
 
 def loss(

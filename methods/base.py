@@ -30,6 +30,7 @@ class Proposal:
 
     tokens: torch.Tensor  # (m,) long
     q: torch.Tensor | None = None  # (m, V) draft probabilities at T > 0; None: point masses
+    steps: int = 0  # sequential drafter forwards that made it (0: a lookup, no learned drafter)
 
 
 @dataclass

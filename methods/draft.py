@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from drafters import draftmodel
+from drafters import draftmodel, weights
 from groundfloor.errors import UserError
 from groundfloor.models import check_same_vocab, load_tokenizer, resolve_path
 from groundfloor.sampling import probs, sample
@@ -33,8 +33,12 @@ class Draft(Method):
                 "method=draft needs a draft model: set model.draft=<HF id or directory>"
             )
         local = Path(resolve_path(str(path)))
+        self.weights = "float"
         if draftmodel.is_distilled(local):  # our distilled format: shares the target's embeddings
-            self.model, self.d2t = draftmodel.load_engine(local, ctx.target)
+            if ctx.target.name == "lean":  # its layers in int8 where that pays (drafters.weights)
+                head = draftmodel.head_weight(local)
+                self.weights = weights.choose(ctx.drafter_weights, head, 1, ctx.device)
+            self.model, self.d2t = draftmodel.load_engine(local, ctx.target, self.weights)
         else:
             from engines.load import load
 
@@ -47,6 +51,7 @@ class Draft(Method):
             )
             self.d2t = None
         self.vocab = ctx.target.vocab_size
+        self.info = {"drafter_weights": self.weights}
 
     def static_bytes(self) -> int:
         # the draft's own weights: a distilled draft's shared embeddings are the target's
@@ -91,7 +96,7 @@ class Draft(Method):
             drafted.append(x)
             inp = torch.tensor([[x]], device=state.ids.device)
         tokens = torch.tensor(drafted, dtype=torch.long, device=state.ids.device)
-        return Proposal(tokens=tokens, q=torch.stack(qs) if qs else None)
+        return Proposal(tokens=tokens, q=torch.stack(qs) if qs else None, steps=self.k)
 
     def observe(self, state, proposal, acc) -> None:
         # the draft cache holds committed tokens + x_1..x_{k-1}; keep committed + x_1..x_n

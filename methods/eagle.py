@@ -4,9 +4,10 @@ The head (drafters.eagle) keeps its own KV cache in `state.aux`, covering positi
 target feature is known (committed tokens except the last). Per round:
   1. the head consumes the features the last verify produced (root + accepted path) → the
      distribution of the first drafted token;
-  2. expansion, `depth` − 1 times: the `top_k` frontier nodes are run through the head in one
-     tree-masked step; each proposes its `top_k` best children; a child's score is its path's
-     cumulative draft log-probability; the `top_k` best new nodes form the next frontier;
+  2. expansion, `depth` − 1 times: the K = min(`top_k`, `total_tokens`) frontier nodes are run
+     through the head in one tree-masked step; each proposes its K best children; a child's
+     score is its path's cumulative draft log-probability; the K best new nodes form the next
+     frontier (a wider one could not add a node to the kept tree);
   3. the `total_tokens` best-scored nodes of all drafted ones form the tree (a child never
      outscores its parent, so the choice is prefix-closed); the head's tree entries are dropped.
 The target verifies the tree (methods.base.TreeMethod: methods.treeverify, groundfloor.tree); greedy
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from drafters import eagle as eagle_io
+from drafters import weights
 from engines.base import additive, tree_mask
 from groundfloor.errors import UserError
 from groundfloor.models import local_dir
@@ -121,8 +123,15 @@ class Eagle(TreeMethod):
         self.hidden_layers = tuple(self.head.target_layers)
         frequent = (self.head_cfg.get("specsweep") or {}).get("frequent_ids")
         vocab = self.head.restrict(frequent, draft_vocab)
+        self.feat_dtype = ctx.dtype  # the head's activations (its layers may run int8)
         self.depth = 6 if ctx.k(cfg) is None else int(ctx.k(cfg))
         self.top_k = kn.top_k
+        out = self.head.lm_head.weight if self.kind == "eagle3" else self.head.vocab.weight
+        self.weights = weights.choose(ctx.drafter_weights, out, self.top_k, ctx.device)
+        if self.weights == "int8":
+            weights.quantize(self.head)
+            if self.head.vocab is not None:
+                self.head.vocab.quantize()
         if self.depth < 1 or self.top_k < 1:
             raise UserError(
                 f"method {self.name}: k={self.depth} and top_k={self.top_k} must be ≥ 1"
@@ -151,6 +160,7 @@ class Eagle(TreeMethod):
             if self.budget_curve is None
             else {n: round(c * 1e3, 2) for n, c in self.budget_curve.items()},
             "asked_depth": self.asked_depth,
+            "drafter_weights": self.weights,
         }
         self._fit_depth()
 
@@ -181,7 +191,7 @@ class Eagle(TreeMethod):
     # --- features ---
     def _features(self, hidden, rows) -> torch.Tensor:
         hs = [hidden[l][0, rows] for l in self.head.target_layers]
-        return self.head.fuse([h.to(self.head.fc.weight.dtype) for h in hs])
+        return self.head.fuse([h.to(self.feat_dtype) for h in hs])
 
     def start(self, state) -> None:
         state.aux["head_cache"] = HeadCache()
@@ -207,8 +217,7 @@ class Eagle(TreeMethod):
             visible = torch.cat([tree_allowed, torch.eye(n, dtype=torch.bool, device=dev)], 1)
         mask = additive(tree_mask(visible, len(cache) + n - visible.shape[1]), feat.dtype)
         mask = mask[:, None]  # (1, 1, n, cached + n)
-        out, k, v = self.head(feat[None], ids[None], positions[None], mask, cache.k, cache.v)
-        cache.append(k, v)
+        out, _, _ = self.head(feat[None], ids[None], positions[None], mask, cache=cache)
         return out[0]
 
     def draft(self, state) -> TreeProposal:
@@ -220,7 +229,9 @@ class Eagle(TreeMethod):
         out = self._step(cache, feat, state.ids[p0 + 1 : n], torch.arange(p0, n - 1, device=dev))
         base = len(cache)  # n − 1: committed positions
         lp = torch.log_softmax(head.logits(out[-1:]).float(), -1)[0]
-        K = min(self.top_k, lp.numel())
+        # a frontier wider than the budget adds nothing: the kept nodes are the budget's best,
+        # prefix-closed, so each depth's kept nodes are among its best `total_tokens`
+        K = min(self.top_k, self.total_tokens, lp.numel())
         top = lp.topk(K)
         # the pool of drafted nodes, in creation order (parents before children)
         tok = [top.indices]
@@ -263,7 +274,9 @@ class Eagle(TreeMethod):
         index = {j: i for i, j in enumerate(keep)}
         parents = [index[all_par[j]] if all_par[j] >= 0 else -1 for j in keep]
         tokens = head.to_target(all_tok[keep])
-        return TreeProposal(tokens=tokens, layout=TreeLayout.from_parents(parents))
+        return TreeProposal(
+            tokens=tokens, layout=TreeLayout.from_parents(parents), steps=self.depth
+        )
 
     def after_accept(self, state, proposal, nodes, logits, hidden) -> None:
         # features of the verify rows of the root and the accepted path (row i + 1 = node i),

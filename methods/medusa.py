@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from drafters import medusa as heads_io
+from drafters import weights
 from drafters.draftvocab import DraftVocab
 from groundfloor.errors import UserError
 from groundfloor.models import local_dir
@@ -96,10 +97,17 @@ class Medusa(TreeMethod):
         self.vocab = DraftVocab(
             self.lm_head, hcfg.get("frequent_ids"), draft_vocab if self.heads.own is None else None
         )
+        self.weights = "float"  # published heads with their own V-row layers stay as stored
+        if self.heads.own is None:
+            self.weights = weights.choose(ctx.drafter_weights, self.vocab.weight, n, ctx.device)
+        if self.weights == "int8":
+            weights.quantize(self.heads)
+            self.vocab.quantize()
         self.info = {
             "tree_nodes": self.layout.size,
             "depth": self.depth,
             "draft_vocab": self.vocab.size,
+            "drafter_weights": self.weights,
         }
         self.typical = acc == "typical"
         if self.typical:
@@ -137,7 +145,9 @@ class Medusa(TreeMethod):
         else:
             logits = self.heads.logits(state.aux["hidden"], self.lm_head)  # (heads, V)
         cand = self.vocab.to_target(logits.topk(self.topk, dim=-1).indices)  # (heads, topk)
-        return TreeProposal(tokens=cand[self.node_head, self.node_rank], layout=self.layout)
+        return TreeProposal(
+            tokens=cand[self.node_head, self.node_rank], layout=self.layout, steps=1
+        )
 
     def accept_path(self, state, tree, logits):
         if self.typical and not state.sampling.greedy:

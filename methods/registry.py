@@ -30,6 +30,9 @@ class Context:
     model_cfg: DictConfig
     k_override: int | None = None
     eos: frozenset = frozenset()  # ids that end a turn
+    # learned drafters' linear layers (drafters.weights): a run passes its `drafter_weights`
+    # (auto by default); built by hand, a drafter keeps its stored values
+    drafter_weights: str = "float"
 
     def k(self, method_cfg) -> int | None:
         """The draft length: top-level `k` when given, else the method's own default (which a

@@ -42,6 +42,10 @@ RULES = [  # (overrides, message): each trips one rule of validate()/validate_se
     (["disturb_ratio=0.9"], "disturb_ratio=0.9 is not valid; use a factor > 1"),
     (["disturb_others=0"], "disturb_others=0.0 is not valid; use a share of the machine in (0, 1]"),
     (["check=bogus"], "check='bogus' is not valid; choose one of: none, distribution"),
+    (
+        ["drafter_weights=int4"],
+        "drafter_weights='int4' is not valid; choose one of: auto, float, int8",
+    ),
     (["check=distribution"], "check=distribution compares sampled outputs: set temperature > 0"),
     (["dist_samples=1"], "dist_samples=1 is not valid; use an integer >= 2"),
     (["dist_positions=0"], "dist_positions=0 is not valid; use an integer >= 1"),

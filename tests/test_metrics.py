@@ -259,3 +259,16 @@ def test_three_speedup_statistics_under_three_names():
             row["recount_tokens"] = row["new_tokens"] - 1  # Spec-Bench's recount
     r = summarize(pd.DataFrame(rows)).iloc[0]
     assert r.speedup_specbench == pytest.approx(55 / ((9 / 1 + 99 / 4) / 2))
+
+
+def test_draft_step_cost_is_drafting_per_step_over_one_forward():
+    df = records()
+    costs = {1: 0.01, 8: 0.02}
+    assert pd.isna(summarize(df, costs).iloc[0].draft_step_cost)  # no step counts: lookups
+    # method draft time per repeat 0.1 + 0.3 s over 7 + 13 drafter forwards; c(1) = 10 ms
+    df["draft_steps"] = [
+        0 if r == "baseline" else (7 if p == "p1" else 13) for r, p in zip(df.role, df.prompt_id)
+    ]
+    r = summarize(df, costs).iloc[0]
+    assert r.draft_step_cost == pytest.approx((2 * 0.4) / (2 * 20) / 0.01)
+    assert pd.isna(summarize(df).iloc[0].draft_step_cost)  # no cost curve: no d

@@ -186,37 +186,28 @@ def alpha_table(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["label", "method", "k", "position", "alpha"])
 
 
+COST_MODEL = [
+    "label",
+    "method",
+    "k",
+    "tau_round",
+    "predicted_speedup",
+    "speedup",
+    "draft_overhead",
+    "draft_step_cost",
+    "run",
+]
+
+
 def cost_model(cells: pd.DataFrame) -> pd.DataFrame:
     """Overall rows at the lowest temperature: measured speedup next to the cost model's
-    prediction τ_round ÷ ((c(w) + draft time per round) ÷ c(1)), and what limits the method."""
+    prediction τ_round ÷ ((c(w) + draft time per round) ÷ c(1)), what limits the method, and d
+    (one drafter step ÷ one target forward)."""
     df = with_labels(overall(lowest_temperature(cells)))
     if "predicted_speedup" not in df:
-        return pd.DataFrame(
-            columns=[
-                "label",
-                "method",
-                "k",
-                "tau_round",
-                "predicted_speedup",
-                "speedup",
-                "draft_overhead",
-                "run",
-            ]
-        )
+        return pd.DataFrame(columns=COST_MODEL)
     df = df[df.predicted_speedup.notna() & (df.method != "ar")]
-    return config_order(df)[
-        [
-            "label",
-            "method",
-            "k",
-            "temperature",
-            "tau_round",
-            "predicted_speedup",
-            "speedup",
-            "draft_overhead",
-            "run",
-        ]
-    ].drop(columns="temperature")
+    return config_order(df).reindex(columns=COST_MODEL)  # older summaries lack some: empty
 
 
 def subcategory_detail(records: pd.DataFrame) -> pd.DataFrame:

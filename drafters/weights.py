@@ -1,0 +1,104 @@
+"""Learned drafters' linear layers in int8 on the native CPU kernels, where it pays here.
+
+A drafting step on a CPU is a read of the drafter's weights for a few rows: an EAGLE-3 head (the
+fused-feature fc, one decoder layer, its draft-vocabulary output layer) reads ~30 MB of float32
+per step, against ~96 MB for the whole int4 target. Per-row symmetric int8 (engines.formats,
+w = s[o]·q, float32 activations on engines/kernels/cpu.cpp) reads a quarter of that. It changes
+the drafter's numbers slightly, never what is accepted (the target verifies every token).
+
+    mode = choose(setting, weight, rows, device)   # "float" or "int8"
+    quantize(module)                               # its nn.Linear layers → int8, native
+
+`setting` is the run's `drafter_weights`: auto (int8 where the native kernels exist and a timing
+of the drafter's largest layer at the rows it drafts with says int8 is faster on this machine),
+float (the drafter's stored values in the target's activation dtype), int8.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from engines.formats import GROUP, Linear
+from groundfloor.errors import UserError
+
+MODES = ("auto", "float", "int8")
+_CHOSEN: dict = {}  # (shape, rows) → the timed choice, once per process
+
+
+def native_ready(device) -> bool:
+    from engines.native import kernels
+
+    return torch.device(device).type == "cpu" and kernels()[0] is not None
+
+
+def _median_s(fn, x, repeats: int = 15) -> float:
+    fn(x)  # warm (first-call allocation, page faults)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn(x)
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]
+
+
+def int8_faster(weight: torch.Tensor, rows: int) -> bool:
+    """Time one (rows × in) product with `weight` in float32 (aten) and int8 (native), each
+    side's median of interleaved calls; int8 when it takes at most 0.9× the float time."""
+    key = (tuple(weight.shape), rows)
+    if key not in _CHOSEN:
+        w = weight.detach().float().contiguous()
+        q = Linear.from_float(w, "int8", kernel="native")
+        x = torch.randn(rows, w.shape[1])
+        with torch.inference_mode():
+            f = [_median_s(lambda a: F.linear(a, w), x), _median_s(q, x)]
+            f += [_median_s(lambda a: F.linear(a, w), x), _median_s(q, x)]
+        _CHOSEN[key] = min(f[1], f[3]) <= 0.9 * min(f[0], f[2])
+    return _CHOSEN[key]
+
+
+def choose(setting: str, weight: torch.Tensor, rows: int, device) -> str:
+    """The format a drafter runs its linear layers in: "float" or "int8" (see the module doc)."""
+    if setting not in MODES:
+        raise UserError(
+            f"drafter_weights={setting!r} is not valid; choose one of {', '.join(MODES)}"
+        )
+    if setting == "float":
+        return "float"
+    if not native_ready(device):
+        if setting == "int8":
+            from engines.native import kernels
+
+            why = kernels()[1] if torch.device(device).type == "cpu" else f"device {device}"
+            raise UserError(
+                f"drafter_weights=int8 needs the native CPU kernels ({why}); "
+                "use drafter_weights=float or auto"
+            )
+        return "float"
+    if setting == "int8" or int8_faster(weight, rows):
+        return "int8"
+    return "float"
+
+
+def quantize(module: nn.Module) -> nn.Module:
+    """Every nn.Linear inside `module` (whose input width the kernel's blocks divide) replaced
+    by its int8 copy on the native kernels, in place."""
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Linear) and child.in_features % GROUP == 0:
+            bias = None if child.bias is None else child.bias.detach().float()
+            setattr(
+                module,
+                name,
+                Linear.from_float(child.weight.detach(), "int8", bias, kernel="native"),
+            )
+        else:
+            quantize(child)
+    return module
+
+
+def to_linear(weight: torch.Tensor) -> Linear:
+    """A (out, in) matrix used as x @ weightᵀ (an output layer's rows) as an int8 Linear."""
+    return Linear.from_float(weight.detach().float(), "int8", kernel="native")
