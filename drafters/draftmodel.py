@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
+from drafters import storage
 from engines.hf import cache_kwarg
 
 MARKER = "specsweep_draft.json"
@@ -104,13 +104,16 @@ def from_target(target, num_layers: int, d2t: torch.Tensor) -> DistilledDraft:
     return draft.float()
 
 
-def save(draft: DistilledDraft, out: Path, base: str, dtype=torch.bfloat16, extra=None) -> None:
+def save(
+    draft: DistilledDraft, out: Path, base: str, dtype=torch.bfloat16, extra=None, int8=()
+) -> None:
+    """`int8` names matrices stored in int8 (drafters.storage)."""
     out.mkdir(parents=True, exist_ok=True)
     state = {
         k: v.detach().to(dtype if v.is_floating_point() else v.dtype).contiguous()
         for k, v in draft.state_dict().items()
     }
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    storage.write(state, out / "model.safetensors", int8)
     draft.config.save_pretrained(out)
     meta = {
         "base_model_name_or_path": base,
@@ -130,7 +133,7 @@ def load(path: Path, target, dtype: torch.dtype) -> DistilledDraft:
     from transformers import AutoConfig
 
     cfg = AutoConfig.from_pretrained(path)
-    state = load_file(str(Path(path) / "model.safetensors"))
+    state = storage.read(Path(path) / "model.safetensors")
     draft = DistilledDraft(cfg, target.get_input_embeddings().weight, state["d2t"])
     draft.load_state_dict(
         {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
@@ -140,10 +143,7 @@ def load(path: Path, target, dtype: torch.dtype) -> DistilledDraft:
 
 def head_weight(path: Path) -> torch.Tensor:
     """The distilled draft's output layer (V_d, H): its largest matrix."""
-    from safetensors import safe_open
-
-    with safe_open(str(Path(path) / "model.safetensors"), "pt") as f:
-        return f.get_tensor("head.weight")
+    return storage.get(Path(path) / "model.safetensors", "head.weight")
 
 
 def load_engine(path: Path, target, weights: str = "float"):
@@ -155,7 +155,7 @@ def load_engine(path: Path, target, weights: str = "float"):
     from transformers import AutoConfig
 
     cfg = AutoConfig.from_pretrained(path)
-    state = load_file(str(Path(path) / "model.safetensors"))
+    state = storage.read(Path(path) / "model.safetensors")
     d2t = state["d2t"].long().to(target.device)
     if target.name == "lean":
         from engines import build
@@ -215,7 +215,7 @@ def to_transformers(path: Path, target):
     if hasattr(cfg, "quantization_config"):
         del cfg.quantization_config
     cfg.tie_word_embeddings = False
-    state = load_file(str(Path(path) / "model.safetensors"))
+    state = storage.read(Path(path) / "model.safetensors")
     model = LlamaForCausalLM(cfg)
     model.model.embed_tokens.weight = target.get_input_embeddings().weight
     got = model.model.load_state_dict(

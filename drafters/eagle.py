@@ -236,8 +236,16 @@ def head_config(target_cfg, kind: str):
 # --- published layouts --------------------------------------------------------------------
 
 
-def save(head: EagleHead, out: Path, base: str, dtype=torch.bfloat16, extra: dict | None = None):
-    from safetensors.torch import save_file
+def save(
+    head: EagleHead,
+    out: Path,
+    base: str,
+    dtype=torch.bfloat16,
+    extra: dict | None = None,
+    int8: tuple[str, ...] = (),
+):
+    """The published layout; `int8` names matrices stored in int8 (drafters.storage)."""
+    from drafters import storage
 
     out.mkdir(parents=True, exist_ok=True)
     state = {}
@@ -251,11 +259,7 @@ def save(head: EagleHead, out: Path, base: str, dtype=torch.bfloat16, extra: dic
         t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
         t2d[d2t] = True
         state["t2d"] = t2d
-    save_file(
-        {k: v.contiguous() for k, v in state.items()},
-        str(out / "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    storage.write(state, out / "model.safetensors", int8)
     cfg = head.config.to_dict()
     cfg["architectures"] = [EAGLE3_ARCH if head.kind == "eagle3" else "LlamaForCausalLM"]
     cfg["base_model_name_or_path"] = base
@@ -270,9 +274,9 @@ def save(head: EagleHead, out: Path, base: str, dtype=torch.bfloat16, extra: dic
 
 def read_state(path: Path) -> dict:
     if (path / "model.safetensors").exists():
-        from safetensors.torch import load_file
+        from drafters import storage
 
-        return load_file(str(path / "model.safetensors"))
+        return storage.read(path / "model.safetensors")
     if (path / "pytorch_model.bin").exists():
         return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
     raise FileNotFoundError(f"{path} has neither model.safetensors nor pytorch_model.bin")

@@ -105,3 +105,28 @@ def test_medusa_and_draft_model_in_int8_stay_exact(target, tmp_path):
             res = run(m, p)
             assert res.output_ids == base.output_ids
             assert res.draft_steps == steps * (len(res.accept_lengths) - 1)
+
+
+def test_int8_storage_round_trips_within_rounding(target, tmp_path):
+    from helpers import random_head
+    from safetensors.torch import load_file
+
+    from drafters import eagle as eagle_io
+    from drafters import storage
+
+    head = random_head(target, "eagle3", seed=2)
+    eagle_io.save(head, tmp_path / "q", "tiny", dtype=torch.float32, int8=("lm_head.weight",))
+    eagle_io.save(head, tmp_path / "f", "tiny", dtype=torch.float32)
+    raw = load_file(str(tmp_path / "q/model.safetensors"))
+    assert raw["lm_head.weight"].dtype == torch.int8 and "lm_head.weight.int8_scale" in raw
+    back = storage.read(tmp_path / "q/model.safetensors")
+    assert "lm_head.weight.int8_scale" not in back
+    w = head.lm_head.weight.detach()
+    err = (back["lm_head.weight"].float() - w).abs().max() / w.abs().max()
+    assert 0 < err < 0.02
+    assert torch.equal(
+        storage.get(tmp_path / "q/model.safetensors", "lm_head.weight"), back["lm_head.weight"]
+    )
+    loaded, _ = eagle_io.load(tmp_path / "q", target)
+    assert torch.allclose(loaded.lm_head.weight, back["lm_head.weight"].float())
+    assert torch.equal(loaded.fc.weight, eagle_io.load(tmp_path / "f", target)[0].fc.weight)

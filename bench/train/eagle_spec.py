@@ -198,4 +198,6 @@ class EagleSpec(SequenceSpec):
                 "soft_targets": self.soft,
                 **({"frequent_ids": self.frequent} if self.frequent else {}),
             },
+            # the draft-vocabulary output layer, most of the head's bytes, stored in int8
+            int8=("lm_head.weight",) if self.kind == "eagle3" else (),
         )

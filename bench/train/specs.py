@@ -276,4 +276,5 @@ class DraftSpec(SequenceSpec):
                 "vocab_coverage": round(self.coverage, 4),
                 "train_tokens": self.sizes(),
             },
+            int8=("head.weight",),  # the reduced-vocabulary head in int8 (drafters.storage)
         )
