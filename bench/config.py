@@ -286,12 +286,9 @@ def validate(cfg) -> None:
     _need(
         cfg.check in CHECKS, f"check={cfg.check!r} is not valid; choose one of: {', '.join(CHECKS)}"
     )
-    from drafters.weights import MODES
+    from drafters.weights import check as check_drafter_weights
 
-    _need(
-        cfg.drafter_weights in MODES,
-        f"drafter_weights={cfg.drafter_weights!r} is not valid; choose one of: {', '.join(MODES)}",
-    )
+    check_drafter_weights(cfg.drafter_weights)
     _need(
         cfg.check != "distribution" or cfg.temperature > 0,
         "check=distribution compares sampled outputs: set temperature > 0",

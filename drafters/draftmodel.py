@@ -166,14 +166,10 @@ def load_engine(path: Path, target, weights: str = "float"):
         tensors = {k: v for k, v in state.items() if k.startswith("model.")}
         tensors["model.embed_tokens.weight"] = target.embed_weight
         tensors["lm_head.weight"] = state["head.weight"]
-        fmt, kernel = (
-            ("int8", "native")
-            if weights == "int8"
-            else (
-                str(target.dtype).removeprefix("torch."),
-                "aten",
-            )
-        )
+        if weights == "int8":
+            fmt, kernel = "int8", "native"
+        else:
+            fmt, kernel = str(target.dtype).removeprefix("torch."), "aten"
         model = build.build(cfg, tensors, fmt, target.dtype, target.device, kernel)
         model.embed = target.embed_weight  # shared storage, not a copy
         return LeanEngine(model, fmt, f"distilled draft {path}"), d2t

@@ -34,11 +34,15 @@ def write(state: dict, path: Path, int8: tuple[str, ...] = ()) -> None:
     save_file({k: v.contiguous() for k, v in out.items()}, str(path), metadata={"format": "pt"})
 
 
+def _dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return (q.float() * scale[:, None]).to(torch.bfloat16)
+
+
 def read(path: Path) -> dict:
     state = load_file(str(path))
     for k in [k for k in state if k.endswith(SCALE)]:
         name = k[: -len(SCALE)]
-        state[name] = (state[name].float() * state.pop(k)[:, None]).to(torch.bfloat16)
+        state[name] = _dequantize(state[name], state.pop(k))
     return state
 
 
@@ -49,5 +53,5 @@ def get(path: Path, name: str) -> torch.Tensor:
     with safe_open(str(path), "pt") as f:
         t = f.get_tensor(name)
         if name + SCALE in f.keys():
-            t = (t.float() * f.get_tensor(name + SCALE)[:, None]).to(torch.bfloat16)
+            t = _dequantize(t, f.get_tensor(name + SCALE))
     return t

@@ -51,7 +51,7 @@ def int8_faster(weight: torch.Tensor, rows: int) -> bool:
     key = (tuple(weight.shape), rows)
     if key not in _CHOSEN:
         w = weight.detach().float().contiguous()
-        q = Linear.from_float(w, "int8", kernel="native")
+        q = to_linear(w)
         x = torch.randn(rows, w.shape[1])
         with torch.inference_mode():
             f = [_median_s(lambda a: F.linear(a, w), x), _median_s(q, x)]
@@ -60,12 +60,18 @@ def int8_faster(weight: torch.Tensor, rows: int) -> bool:
     return _CHOSEN[key]
 
 
-def choose(setting: str, weight: torch.Tensor, rows: int, device) -> str:
-    """The format a drafter runs its linear layers in: "float" or "int8" (see the module doc)."""
+def check(setting: str) -> None:
+    """One error line for a `drafter_weights` value outside MODES (the run's validate() and
+    choose() both ask here)."""
     if setting not in MODES:
         raise UserError(
-            f"drafter_weights={setting!r} is not valid; choose one of {', '.join(MODES)}"
+            f"drafter_weights={setting!r} is not valid; choose one of: {', '.join(MODES)}"
         )
+
+
+def choose(setting: str, weight: torch.Tensor, rows: int, device) -> str:
+    """The format a drafter runs its linear layers in: "float" or "int8" (see the module doc)."""
+    check(setting)
     if setting == "float":
         return "float"
     if not native_ready(device):
@@ -88,17 +94,13 @@ def quantize(module: nn.Module) -> nn.Module:
     by its int8 copy on the native kernels, in place."""
     for name, child in list(module.named_children()):
         if isinstance(child, nn.Linear) and child.in_features % GROUP == 0:
-            bias = None if child.bias is None else child.bias.detach().float()
-            setattr(
-                module,
-                name,
-                Linear.from_float(child.weight.detach(), "int8", bias, kernel="native"),
-            )
+            setattr(module, name, to_linear(child.weight, child.bias))
         else:
             quantize(child)
     return module
 
 
-def to_linear(weight: torch.Tensor) -> Linear:
-    """A (out, in) matrix used as x @ weightᵀ (an output layer's rows) as an int8 Linear."""
-    return Linear.from_float(weight.detach().float(), "int8", kernel="native")
+def to_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+    """A (out, in) matrix used as x @ weightᵀ (+ bias) as an int8 Linear on the native kernels."""
+    b = None if bias is None else bias.detach().float()
+    return Linear.from_float(weight.detach().float(), "int8", b, kernel="native")
