@@ -107,14 +107,17 @@ def drafting(m: pd.DataFrame) -> dict:
 
 
 def predicted_speedup(
-    tau_round: float | None, width: float, draft_per_round: float, costs: dict
+    tau_round: float | None, width, draft_per_round: float, costs: dict
 ) -> float | None:
-    """The cost model: τ_round ÷ ((c(w) + draft time per round) ÷ c(1)), with c the measured
-    cost of a target forward over w tokens (interpolated on the run's curve)."""
+    """The cost model: τ_round ÷ ((mean c(w) + draft time per round) ÷ c(1)), with c the
+    measured cost of a target forward over w tokens (interpolated on the run's curve); width:
+    the mean tokens per verify, or each round's (k=auto's sizes vary from round to round)."""
     if not tau_round or not costs:
         return None
     c1 = costs[min(costs)]
-    return tau_round / ((interpolate(costs, width) + draft_per_round) / c1)
+    ws = list(width) if isinstance(width, (list, tuple)) else [width]
+    verify = sum(interpolate(costs, w) for w in ws) / len(ws)
+    return tau_round / ((verify + draft_per_round) / c1)
 
 
 def interpolate(costs: dict, w: float) -> float:

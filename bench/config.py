@@ -30,7 +30,7 @@ class RunConfig:
     server: Any = None  # backend=server: conf/server/<name>.yaml
     backend: str = "local"  # local: our engines in this process | server: a server the suite starts
     engine: str = "auto"  # backend=local: auto (lean where supported, else hf) | hf | lean
-    k: Optional[int] = None  # draft length; None: the method's own default (method.k)
+    k: Any = None  # draft length: an integer, or auto (per round, methods.adaptive); None: method.k
     drafter_weights: str = (
         "auto"  # learned drafters' layers: auto (int8 where timed faster) | float | int8
     )
@@ -170,12 +170,15 @@ def check_overrides(argv: list[str]) -> None:
         if key in GROUPS:
             check_group_values(key, value)
             continue
-        kind = field_kind(key)
+        kind = int if key == "k" else field_kind(key)
         for v in sweep_values(value):
+            if key == "k" and v.strip() == "auto":
+                continue
             try:
                 parse_as(kind, v)
             except ValueError:
-                raise UserError(f"{key}={v!r} is not valid; {key} takes {KINDS[kind]}")
+                words = KINDS[kind] + (" or auto" if key == "k" else "")
+                raise UserError(f"{key}={v!r} is not valid; {key} takes {words}")
 
 
 def method_defaults(name: str) -> dict:
@@ -252,7 +255,10 @@ def validate(cfg) -> None:
                 if key == "target"
                 else f"{group}.{key} must be set",
             )
-    _need(cfg.k is None or cfg.k >= 1, f"k={cfg.k} is not valid; k must be an integer >= 1")
+    _need(
+        cfg.k is None or cfg.k == "auto" or (isinstance(cfg.k, int) and cfg.k >= 1),
+        f"k={cfg.k!r} is not valid; use an integer >= 1 or auto (chosen per round)",
+    )
     _need(cfg.temperature >= 0, f"temperature={cfg.temperature} is not valid; use a value >= 0")
     _need(cfg.top_k >= 0, f"top_k={cfg.top_k} is not valid; use 0 (off) or a positive integer")
     _need(0 < cfg.top_p <= 1, f"top_p={cfg.top_p} is not valid; use a value in (0, 1]")
@@ -307,7 +313,10 @@ def validate(cfg) -> None:
         f"(the transformers model); engine={cfg.engine} has none",
     )
     mk = cfg.method.get("k")
-    _need(mk is None or int(mk) >= 0, f"method.k={mk} is not valid; use an integer >= 1")
+    _need(
+        mk is None or mk == "auto" or (isinstance(mk, int) and mk >= 0),
+        f"method.k={mk!r} is not valid; use an integer >= 1 or auto (chosen per round)",
+    )
 
 
 def backend(cfg) -> str:

@@ -9,7 +9,8 @@ The loop owns the stopping rule, the token count and the clock:
       draft  — method.draft   → Proposal (0..k tokens, or a tree)
       verify — method.verify  → one target forward over the proposal
       other  — method.accept  → accepted tokens (+ target cache rollback)
-      draft  — method.observe → the drafter reads the verify (features, tables, its cache)
+      draft  — method.observe → the drafter reads the verify (features, tables, its cache);
+               method.learn → k=auto's rates (methods.adaptive)
       other  — truncation, EOS check, append
 Whatever a method does for its drafter is timed as draft, wherever in the round it runs.
     then method.finish, untimed (the turn's output is final)
@@ -84,6 +85,7 @@ def generate(
                 )
         with clock.phase("draft"):  # the drafter reads the verify (features, tables, caches)
             method.observe(state, proposal, acc)
+            method.learn(proposal, acc)  # k=auto: the rates the next round's size reads
         with clock.phase("other"):
             tokens = acc.tokens[:budget]
             for i, t in enumerate(tokens):
@@ -98,6 +100,7 @@ def generate(
         res.round_start.append(state.length - state.n_prompt - len(tokens))
         res.round_accepted.append(acc.n_draft_accepted)
         res.round_depth.append(acc.depth)
+        res.round_k.append(acc.drafted if proposal.chosen is None else proposal.chosen)
         res.accept_lengths.append(len(tokens))
         res.drafted_tokens += acc.drafted
         res.draft_steps += proposal.steps

@@ -230,6 +230,10 @@ def _predicted(x: Scope):
     # tokens verified per round: lookahead's Jacobi window rides in the verify too
     col = "verified_tokens" if "verified_tokens" in x.rep0 else "drafted_tokens"
     width = (x.rep0[col].sum() / rounds + 1) if rounds else 1.0
+    r0 = x.rep0
+    if "round_k" in r0 and r0.round_k.notna().all() and (r0[col] == r0.drafted_tokens).all():
+        sizes = [k + 1 for ks in r0.round_k for k in ks]  # each round's verify, as drafted
+        width = sizes if len(sizes) == rounds and sum(sizes) == r0[col].sum() + rounds else width
     per_round = float(x.rep0.draft_s.sum() / rounds) if rounds else 0.0
     return acceptance.predicted_speedup(x.draft["tau_round"], width, per_round, x.costs)
 
@@ -251,6 +255,36 @@ def _draft_step_cost(x: Scope):
         return None
     steps = q.draft_steps.sum()
     return float(q.draft_s.sum() / steps / x.costs[min(x.costs)]) if steps else None
+
+
+def k_histogram(rounds) -> dict:
+    """{draft size chosen: rounds} over the records' `round_k` lists."""
+    out: dict[int, int] = {}
+    for ks in rounds:
+        for k in ks:
+            out[int(k)] = out.get(int(k), 0) + 1
+    return dict(sorted(out.items()))
+
+
+@metric(
+    "mean_k",
+    "k_hist",
+    "plain_rounds",
+    doc="the draft size each round chose (chain: tokens, tree: nodes; k=auto picks it per round, "
+    "a fixed k drafts up to k): its mean over rounds, its histogram as size:rounds, and the "
+    "share of rounds that drafted nothing (speculation switched off: a plain decoding step)",
+)
+def _chosen_k(x: Scope):
+    m = x.method
+    if "round_k" not in m or not m.round_k.notna().any():
+        return None, None, None
+    hist = k_histogram(r for r in m.round_k.dropna())
+    n = sum(hist.values())
+    if not n:
+        return None, None, None
+    mean = sum(k * c for k, c in hist.items()) / n
+    text = " ".join(f"{k}:{c}" for k, c in hist.items())
+    return round(mean, 3), text, round(hist.get(0, 0) / n, 3)
 
 
 @metric(

@@ -67,6 +67,7 @@ def record(
         "accept_lengths": res.accept_lengths,
         "round_accepted": res.round_accepted,
         "round_depth": res.round_depth,
+        "round_k": res.round_k,
         "round_start": res.round_start,
         "drafted_tokens": res.drafted_tokens,
         "verified_tokens": res.verified_tokens,

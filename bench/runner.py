@@ -27,6 +27,7 @@ from groundfloor.errors import UserError
 from groundfloor.models import load_generation_config, load_tokenizer, resolve_device
 from groundfloor.prompting import encode, eos_ids, seed_for
 from groundfloor.sampling import SamplingParams
+from methods import adaptive
 from methods.registry import Context, build_method
 from tasks.prompt import Prompt
 
@@ -104,19 +105,35 @@ class Runner:
     def max_new(self, prompt: Prompt) -> int:
         return lifecycle.max_new(self.cfg, prompt)
 
-    def warmup(self) -> None:
+    def warmup(self) -> list:
         """Untimed generations of both sides; with model.compile, the graphs are built here and
-        the time it took is reported as compile_s, apart from every measurement."""
+        the time it took is reported as compile_s, apart from every measurement. → the method's
+        warm-up TurnResults (k=auto reads its drafter's cost from them)."""
         p = self.prompts[0]
         short = Prompt(p.id, p.task, p.category, p.turns[:1], max_new_tokens=16)
         t0 = time.perf_counter()
         rounds = max(int(self.cfg.warmup), 1 if getattr(self.target, "compiled", False) else 0)
+        turns = []
         for _ in range(rounds):
             for m in (self.baseline, self.method):
-                self.conversation(m, short, min(16, self.max_new(p)))
+                conv = self.conversation(m, short, min(16, self.max_new(p)))
+                if m is self.method:
+                    turns += [res for _, res, _, _ in conv]
         if getattr(self.target, "compiled", False):
             self.choice["compile_s"] = round(time.perf_counter() - t0, 1)
             self.graphs = self.target.graphs()
+        return turns
+
+    def drafting_cost(self, warm: list) -> tuple[float, float]:
+        """k=auto: the drafter's (seconds per step, seconds per round), measured on warm turns
+        (one untimed turn of its own when warmup=0): never assumed."""
+        if self.method.auto is None:
+            return 0.0, 0.0
+        if not warm:
+            p = self.prompts[0]
+            short = Prompt(p.id, p.task, p.category, p.turns[:1], max_new_tokens=16)
+            warm = [res for _, res, _, _ in self.conversation(self.method, short, 16)]
+        return adaptive.draft_costs(warm)
 
     def check_no_recompile(self, where: str) -> None:
         """A compiled engine must not compile inside the clock: that time would be counted."""
@@ -134,10 +151,12 @@ class Runner:
         cfg = self.cfg
         writer = rec.RecordWriter(self.out)
         t0 = time.perf_counter()
-        self.warmup()
+        warm = self.warmup()
         t1 = time.perf_counter()
         self.cost_curve = probe.curve(self.target, warm=True)  # c(q) after warm-up, untimed
-        if self.method.calibrate(self.cost_curve) and getattr(self.target, "compiled", False):
+        drafting = self.drafting_cost(warm)
+        changed = self.method.calibrate(self.cost_curve, drafting)
+        if changed and getattr(self.target, "compiled", False):
             self.warmup()  # the new draft size's shapes are compiled outside the clock too
         self.setup_s.update(warmup=round(t1 - t0, 2), cost_curve=round(time.perf_counter() - t1, 2))
         self.choice["setup_s"] = dict(self.setup_s)  # time outside the measured turns, by part

@@ -223,9 +223,11 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
 
 
 def normalize(df: pd.DataFrame, agnostic: set[str]) -> pd.DataFrame:
-    """k is meaningless for methods that draft nothing (a sweep over k still runs ar): set 0."""
+    """k is meaningless for methods that draft nothing (a sweep over k still runs ar): set 0.
+    k=auto becomes k NaN with k_auto True."""
     if len(df) and "k" in df:
         df = df.copy()
+        df["k_auto"] = df["k"].astype(str) == "auto"  # k=auto: chosen per round (its mean_k)
         df["k"] = pd.to_numeric(df["k"], errors="coerce")
         df.loc[df.method.isin(agnostic), "k"] = 0
     return df

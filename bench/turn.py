@@ -20,6 +20,7 @@ class TurnResult:
     accepted_per_pos: list[int] = field(default_factory=list)  # rounds that accepted position i
     round_accepted: list[int] = field(default_factory=list)  # accepted drafts per verify round
     round_depth: list[int] = field(default_factory=list)  # drafted depth per verify round
+    round_k: list[int] = field(default_factory=list)  # draft size chosen per round (k=auto)
     round_start: list[int] = field(default_factory=list)  # output position at each round's start
     drafted_tokens: int = 0
     verified_tokens: int = 0  # tokens verified after the root (lookahead's window included)

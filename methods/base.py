@@ -17,10 +17,12 @@ from dataclasses import dataclass
 
 import torch
 
+from groundfloor.errors import UserError
 from groundfloor.sampling import accept_chain, accept_greedy, next_token, probs
 from groundfloor.state import DecodeState
 from groundfloor.tree import Tree, TreeLayout
 from groundfloor.tree import accept as accept_tree
+from methods import adaptive, budget
 from methods.treeverify import keep_path, verify_tree
 
 
@@ -31,6 +33,12 @@ class Proposal:
     tokens: torch.Tensor  # (m,) long
     q: torch.Tensor | None = None  # (m, V) draft probabilities at T > 0; None: point masses
     steps: int = 0  # sequential drafter forwards that made it (0: a lookup, no learned drafter)
+    # k=auto (methods.adaptive): what the policy chose and what it learns from after the verify
+    chosen: int | None = None  # draft length (chain) or nodes (tree) chosen; None: fixed k
+    bucket: object = None  # the context the rates are kept for (n-gram methods: match length)
+    confs: list | None = None  # a learned drafter's top probability before each drafted token
+    reach: list | None = None  # a tree's per-node reach estimate (its path's draft probability)
+    nodes: list | None = None  # a fixed tree's template ids of the drafted nodes
 
 
 @dataclass
@@ -63,6 +71,7 @@ class Method:
     name = "base"
     baseline = "ar"  # the method the run interleaves as its baseline (conf/method/<baseline>)
     lossless = True  # False: an accept rule that may change the output (Medusa's typical)
+    auto = None  # k=auto: the methods.adaptive policy choosing each round's draft size
 
     def __init__(self, cfg, ctx):
         """cfg: this method's config node; ctx: methods.registry.Context (target engine, tokenizer,
@@ -70,24 +79,48 @@ class Method:
         self.cfg = cfg
         self.ctx = ctx
         self.target = ctx.target  # an engines.base.Engine
+        if cfg is not None and "max_k" in cfg:
+            self.max_k()
+        fixed = cfg.get("fixed_k") if cfg is not None else None
+        self.need(
+            fixed is None or (isinstance(fixed, int) and fixed >= 1),
+            "fixed_k",
+            fixed,
+            "use an integer >= 1 (what a fixed-length peer drafts when k=auto)",
+        )
 
     def need(self, ok: bool, knob: str, value, valid: str) -> None:
         """One clear line for a bad knob: the knob, its value, what would be valid."""
         if not ok:
-            from groundfloor.errors import UserError
-
             raise UserError(f"method.{knob}={value!r} is not valid for {self.name}; {valid}")
 
-    def chain_k(self) -> int:
-        """The draft length of a chain method: k (top-level or the method's own), >= 1."""
+    def max_k(self) -> int:
+        """k=auto: the longest draft (or the largest tree) a round may choose (method.max_k)."""
+        m = self.cfg.get("max_k")
+        self.need(
+            isinstance(m, int) and m >= 1, "max_k", m, "use an integer >= 1 (k=auto's longest)"
+        )
+        return m
+
+    def chain_k(self, steps_per_token: int = 0, prior=adaptive.PRIOR) -> int:
+        """The draft length of a chain method: k (top-level or the method's own), >= 1; with
+        k=auto the longest a round may draft, and `self.auto` chooses per round."""
         k = self.ctx.k(self.cfg)
-        self.need(k is not None and k >= 1, "k", k, "use an integer >= 1 (tokens drafted)")
+        if k == adaptive.AUTO:
+            self.auto = adaptive.Chooser(self.max_k(), steps_per_token, prior)
+            self.auto.calibrate(budget.provisional(self.target))
+            return self.auto.max_k
+        self.need(
+            isinstance(k, int) and k >= 1, "k", k, "use an integer >= 1 (tokens drafted) or auto"
+        )
         return k
 
     def max_verify_width(self) -> int:
         """The most tokens one verify forward may append to the cache (sizes the cache)."""
+        if self.auto is not None:
+            return self.auto.max_k + 1
         k = self.ctx.k(self.cfg) if self.cfg is not None else None
-        return (k or 0) + 1
+        return (k if isinstance(k, int) else 0) + 1
 
     # --- memory: extra weights and buffers this method holds beyond the target ---
     def static_bytes(self) -> int:
@@ -100,10 +133,27 @@ class Method:
         index): allocated inside the turn, so already in its peak delta; reported, not added."""
         return 0
 
-    def calibrate(self, costs: dict) -> bool:
-        """The run's cost curve, timed after warm-up ({q: seconds}): a method that sizes its
-        draft from it re-chooses here; → True when a choice changed."""
+    def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0)) -> bool:
+        """The run's cost curve, timed after warm-up ({q: seconds}), and the drafter's measured
+        (seconds per step, seconds per round) on the warm-up turns: a method that sizes its
+        draft from them re-chooses here; → True when a fixed choice changed."""
+        if self.auto is not None:  # rates start again from the prior for the measured turns
+            self.auto.calibrate(costs, *drafting)
+            self.auto.reset()
+            self.record_auto()
         return False
+
+    def record_auto(self) -> None:
+        """k=auto's measured inputs (drafter cost per step and per round, its limits) in the
+        method's info, which the run stores in env.json."""
+        if not hasattr(self, "info"):
+            self.info = {}
+        self.info["auto"] = self.auto.summary()
+
+    def learn(self, proposal: Proposal, acc: Accepted) -> None:
+        """k=auto: the policy reads the round's outcome (after the verify; timed as draft)."""
+        if self.auto is not None:
+            self.auto.learn(proposal, acc)
 
     # --- per turn ---
     def start(self, state: DecodeState) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from engines.probe import step_costs, timed
 
 QUICK = (1, 2, 4, 8, 16, 32)  # a provisional curve's sizes: one repeat each, about a second
+MAX_NODES = 63  # k=auto's largest tree: a verify forward of 64 tokens, the largest the run times
 
 
 def choose(costs: dict, ratio: float) -> int:
@@ -25,5 +26,11 @@ def auto_tokens(engine, ratio: float) -> tuple[int, dict]:
     """A provisional (tokens per verify forward, curve) for a method being built: the curve the
     engine already has, else a quick one (one repeat over QUICK). The run replaces it with its
     curve timed after warm-up (Method.calibrate), so the full curve is timed once per engine."""
-    costs = timed(engine) or step_costs(engine, sizes=QUICK, repeats=1)
+    costs = provisional(engine)
     return choose(costs, ratio), costs
+
+
+def provisional(engine) -> dict:
+    """The curve the engine already has, else a quick one: what a method built before the run's
+    warm curve (k=auto, total_tokens=auto) plans with until Method.calibrate."""
+    return timed(engine) or step_costs(engine, sizes=QUICK, repeats=1)

@@ -18,6 +18,7 @@ from drafters import draftmodel, weights
 from groundfloor.errors import UserError
 from groundfloor.models import check_same_vocab, load_tokenizer, resolve_path
 from groundfloor.sampling import probs, sample
+from methods import adaptive
 from methods.base import Method, Proposal
 
 
@@ -26,13 +27,14 @@ class Draft(Method):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.k = self.chain_k()
         path = cfg.get("model") or ctx.model_cfg.get("draft")
         if not path:
             raise UserError(
                 "method=draft needs a draft model: set model.draft=<HF id or directory>"
             )
         local = Path(resolve_path(str(path)))
+        # k=auto: one draft forward per token; its rates start from the training summary's
+        self.k = self.chain_k(steps_per_token=1, prior=adaptive.trained_prior(local))
         self.weights = "float"
         if draftmodel.is_distilled(local):  # our distilled format: shares the target's embeddings
             if ctx.target.name == "lean":  # its layers in int8 where that pays (drafters.weights)
@@ -80,6 +82,8 @@ class Draft(Method):
         self.model.forward(state.tokens[None], state.aux["draft_cache"], logits_to_keep=1)
 
     def draft(self, state) -> Proposal:
+        if self.auto is not None:
+            return self.draft_auto(state)
         cache = state.aux["draft_cache"]
         inp = state.tokens[cache.length :][None]  # committed tokens the draft has not consumed
         sp, drafted, qs = state.sampling, [], []
@@ -97,6 +101,52 @@ class Draft(Method):
             inp = torch.tensor([[x]], device=state.ids.device)
         tokens = torch.tensor(drafted, dtype=torch.long, device=state.ids.device)
         return Proposal(tokens=tokens, q=torch.stack(qs) if qs else None, steps=self.k)
+
+    def draft_auto(self, state) -> Proposal:
+        """k=auto: the planned length from the rates by depth, cut short when the draft's top
+        probability (read before its token is drawn, so the law of what is drafted is q's) says
+        one more token cannot raise expected tokens per second."""
+        auto, dev = self.auto, state.ids.device
+        k = auto.length()
+        if k == 0:
+            return Proposal(tokens=state.ids.new_empty(0), chosen=0)
+        cache = state.aux["draft_cache"]
+        inp = state.tokens[cache.length :][None]
+        sp, drafted, qs, confs = state.sampling, [], [], []
+        e = reach = 1.0
+        steps = 0
+        for _ in range(k):
+            out = self.model.forward(inp, cache, logits_to_keep=1)
+            steps += 1
+            if sp.greedy and self.d2t is not None:
+                lg = out.logits[0, -1]
+                q = None
+            else:
+                q = probs(self._logits(out), sp) if not sp.greedy else None
+                lg = self._logits(out) if sp.greedy else None
+            conf = float(q.max()) if q is not None else float(torch.softmax(lg.float(), -1).max())
+            if not auto.keep_going(e, reach, len(drafted), conf):
+                break
+            reach *= auto.rate(conf, len(drafted))
+            e += reach
+            confs.append(conf)
+            if q is not None:
+                x = sample(q, state.generator)
+                qs.append(q)
+            elif self.d2t is not None:
+                x = int(self.d2t[lg.argmax()])
+            else:
+                x = int(lg.argmax())
+            drafted.append(x)
+            inp = torch.tensor([[x]], device=dev)
+        tokens = torch.tensor(drafted, dtype=torch.long, device=dev)
+        return Proposal(
+            tokens=tokens,
+            q=torch.stack(qs) if qs else None,
+            steps=steps,
+            chosen=len(drafted),
+            confs=confs,
+        )
 
     def observe(self, state, proposal, acc) -> None:
         # the draft cache holds committed tokens + x_1..x_{k-1}; keep committed + x_1..x_n

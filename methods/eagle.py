@@ -34,7 +34,7 @@ from engines.base import additive, tree_mask
 from groundfloor.errors import UserError
 from groundfloor.models import local_dir
 from groundfloor.tree import TreeLayout
-from methods import budget, knobs
+from methods import adaptive, budget, knobs
 from methods.base import TreeMethod, TreeProposal
 
 
@@ -124,7 +124,13 @@ class Eagle(TreeMethod):
         frequent = (self.head_cfg.get("specsweep") or {}).get("frequent_ids")
         vocab = self.head.restrict(frequent, draft_vocab)
         self.feat_dtype = ctx.dtype  # the head's activations (its layers may run int8)
-        self.depth = 6 if ctx.k(cfg) is None else int(ctx.k(cfg))
+        k = ctx.k(cfg)
+        if k == adaptive.AUTO:  # depth and node budget chosen per round (methods.adaptive)
+            self.depth = self.max_k()
+            self.auto = adaptive.TreeChooser(budget.MAX_NODES, self.depth)
+            self.auto.calibrate(budget.provisional(ctx.target))
+        else:
+            self.depth = 6 if k is None else int(k)
         self.top_k = kn.top_k
         out = self.head.lm_head.weight if self.kind == "eagle3" else self.head.vocab.weight
         self.weights = weights.choose(ctx.drafter_weights, out, self.top_k, ctx.device)
@@ -133,12 +139,12 @@ class Eagle(TreeMethod):
             if self.head.vocab is not None:
                 self.head.vocab.quantize()
         if self.depth < 1 or self.top_k < 1:
-            raise UserError(
-                f"method {self.name}: k={self.depth} and top_k={self.top_k} must be ≥ 1"
-            )
+            raise UserError(f"method {self.name}: k={k} and top_k={self.top_k} must be ≥ 1")
         total = kn.total_tokens
         self.budget_curve, self.ratio, self.asked_depth = None, ratio, self.depth
-        if total == "auto":  # provisional until calibrate() reads the warm curve
+        if self.auto is not None:  # k=auto: total_tokens caps the nodes a round may choose
+            total = self.auto.max_nodes if total == "auto" else total
+        elif total == "auto":  # provisional until calibrate() reads the warm curve
             n, self.budget_curve = budget.auto_tokens(ctx.target, ratio)
             total = max(n - 1, 1)  # the root rides in the same forward
         try:
@@ -162,14 +168,25 @@ class Eagle(TreeMethod):
             "asked_depth": self.asked_depth,
             "drafter_weights": self.weights,
         }
-        self._fit_depth()
+        if self.auto is not None:
+            self.auto.max_nodes = min(self.auto.max_nodes, self.total_tokens)
+            self.info.update(k="auto", depth=None, total_tokens=None, max_depth=self.depth)
+        else:
+            self._fit_depth()
 
     def _fit_depth(self) -> None:
         """No deeper than the budget can verify: a path of d nodes needs d of the budget."""
         self.depth = min(self.asked_depth, self.total_tokens)
         self.info.update(depth=self.depth, total_tokens=self.total_tokens)
 
-    def calibrate(self, costs: dict) -> bool:
+    def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0)) -> bool:
+        if self.auto is not None:
+            self.auto.calibrate(costs, *drafting)
+            self.auto.max_nodes = min(self.auto.max_nodes, self.total_tokens)
+            self.auto.reset()
+            self.record_auto()
+            self.info["verify_cost_ms"] = {n: round(c * 1e3, 2) for n, c in costs.items()}
+            return False
         if self.budget_curve is None:  # a fixed total_tokens
             return False
         old = (self.total_tokens, self.depth)
@@ -221,6 +238,8 @@ class Eagle(TreeMethod):
         return out[0]
 
     def draft(self, state) -> TreeProposal:
+        if self.auto is not None:
+            return self.draft_auto(state)
         head, cache = self.head, state.aux["head_cache"]
         dev = state.ids.device
         n = state.length
@@ -276,6 +295,78 @@ class Eagle(TreeMethod):
         tokens = head.to_target(all_tok[keep])
         return TreeProposal(
             tokens=tokens, layout=TreeLayout.from_parents(parents), steps=self.depth
+        )
+
+    def draft_auto(self, state) -> TreeProposal:
+        """k=auto: expand while one more depth can raise expected tokens per second (the
+        frontier's calibrated reach bounds what its children add: their probabilities sum to
+        at most 1), then verify the n best nodes, n maximising (1 + Σ ŝ)/T(n)
+        (methods.adaptive.TreeChooser). Every node's ŝ comes from the draft alone."""
+        head, cache, auto = self.head, state.aux["head_cache"], self.auto
+        dev = state.ids.device
+        n = state.length
+        feat = state.aux.pop("pending")
+        p0 = len(cache)
+        out = self._step(cache, feat, state.ids[p0 + 1 : n], torch.arange(p0, n - 1, device=dev))
+        base = len(cache)
+        lp = torch.log_softmax(head.logits(out[-1:]).float(), -1)[0]
+        K = min(self.top_k, lp.numel())
+        top = lp.topk(K)
+        tok, score = [top.indices], [top.values]
+        par = [torch.full((K,), -1, dtype=torch.long, device=dev)]
+        est = [(top.values.exp() * auto.lam(1)).clamp(max=1.0)]  # ŝ: calibrated reach
+        frontier = torch.arange(K, device=dev)
+        f_tok, f_par, f_score, f_est = top.indices, [-1] * K, top.values, est[0]
+        f_feat = out[-1].expand(K, -1)
+        chain = {-1: []}
+        size, steps = K, 1
+        for d in range(1, self.depth):
+            pool = torch.cat(est).sort(descending=True).values[: auto.max_nodes].tolist()
+            bound = torch.minimum(f_score.exp() * auto.lam(d + 1), f_est).tolist()
+            if not auto.deeper(pool, bound, steps):
+                break
+            fr = frontier.tolist()
+            t = len(cache) - base
+            tree_allowed = torch.zeros(len(fr), t, dtype=torch.bool, device=dev)
+            for i, p in enumerate(f_par):
+                if chain[p]:
+                    tree_allowed[i, [r - base for r in chain[p]]] = True
+            pos = torch.full((len(fr),), n - 2 + d, dtype=torch.long, device=dev)
+            o = self._step(cache, f_feat, head.to_target(f_tok), pos, tree_allowed)
+            steps += 1
+            for i, (node, p) in enumerate(zip(fr, f_par)):
+                chain[node] = chain[p] + [base + t + i]
+            lp = torch.log_softmax(head.logits(o).float(), -1)
+            ch = lp.topk(K, dim=-1)
+            cand = (f_score[:, None] + ch.values).flatten()
+            kids = ch.indices.flatten()
+            parent_est = f_est.repeat_interleave(K)
+            cand_est = torch.minimum((cand.exp() * auto.lam(d + 1)).clamp(max=1.0), parent_est)
+            tok.append(kids)
+            par.append(frontier.repeat_interleave(K))
+            score.append(cand)
+            est.append(cand_est)
+            best = cand.topk(min(K, cand.numel())).indices
+            f_tok, f_score, f_par = kids[best], cand[best], frontier[best // K].tolist()
+            f_est = cand_est[best]
+            frontier = size + best
+            f_feat = o[best // K]
+            size += cand.numel()
+        cache.truncate(base)
+        all_tok, all_par = torch.cat(tok), torch.cat(par).tolist()
+        all_est, all_score = torch.cat(est), torch.cat(score)
+        # best ŝ first, ties by creation order: a parent (never below its child) comes first
+        order = torch.sort(-all_est, stable=True).indices[: auto.max_nodes]
+        keep_n = auto.size(all_est[order].tolist(), steps)
+        keep = sorted(order[:keep_n].tolist())
+        index = {j: i for i, j in enumerate(keep)}
+        parents = [index[all_par[j]] if all_par[j] >= 0 else -1 for j in keep]
+        return TreeProposal(
+            tokens=head.to_target(all_tok[keep]),
+            layout=TreeLayout.from_parents(parents),
+            steps=steps,
+            chosen=keep_n,
+            reach=all_score[keep].exp().tolist(),
         )
 
     def after_accept(self, state, proposal, nodes, logits, hidden) -> None:

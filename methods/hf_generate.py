@@ -31,6 +31,11 @@ class HFGenerate(Method):
         self.k = self.draft_length()
 
     def draft_length(self) -> int:
+        """Its own fixed setting: transformers' modes run as shipped, k=auto keeps the YAML's k."""
+        if self.ctx.k(self.cfg) == "auto":
+            k = self.cfg.get("k")
+            self.need(isinstance(k, int) and k >= 1, "k", k, "use an integer >= 1")
+            return k
         return self.chain_k()
 
     def generate_kwargs(self) -> dict:

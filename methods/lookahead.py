@@ -77,6 +77,13 @@ class Lookahead(TreeMethod):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         k = ctx.k(cfg)
+        self.need(
+            k != "auto",
+            "k",
+            k,
+            "lookahead's verify is its Jacobi window (W, G, N): give an integer (N = k + 1) or "
+            "leave k unset",
+        )
         kn = knobs.read(cfg, LookaheadKnobs)
         self.W, self.G = kn.W, kn.G
         self.N = k + 1 if k is not None else kn.N

@@ -3,7 +3,10 @@
 Find the most recent earlier occurrence of the last n committed tokens (n from max_n down to
 min_n) in prompt + output, and propose the up-to-k tokens that followed it. The draft is a point
 mass, so at T > 0 the accept rule is "accept x with probability p(x)".
-Knobs: k (tokens proposed), min_n, max_n (n-gram window).
+With k=auto (methods.adaptive) each round proposes the length that maximises expected tokens
+per second from the run's cost curve and the acceptance by depth measured for matches of the
+same length n, at most max_k; none when no length pays.
+Knobs: k (tokens proposed, or auto), max_k (auto's longest), min_n, max_n (n-gram window).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from groundfloor.errors import UserError
 from methods.base import Method, Proposal
 
 
-def lookup(tokens: torch.Tensor, k: int, min_n: int, max_n: int) -> torch.Tensor:
-    """tokens (L,) → up to k tokens following the latest earlier match of the last n tokens."""
+def lookup(tokens: torch.Tensor, k: int, min_n: int, max_n: int) -> tuple[torch.Tensor, int]:
+    """tokens (L,) → (up to k tokens following the latest earlier match of the last n tokens,
+    n; 0 when nothing matched)."""
     L = tokens.numel()
     for n in range(min(max_n, L - 1), min_n - 1, -1):
         tail = tokens[L - n :]
@@ -23,8 +27,8 @@ def lookup(tokens: torch.Tensor, k: int, min_n: int, max_n: int) -> torch.Tensor
         hits = (windows == tail).all(-1).nonzero()
         if hits.numel():
             start = int(hits[-1]) + n  # first token after the matched window
-            return tokens[start : start + k]
-    return tokens.new_empty(0)
+            return tokens[start : start + k], n
+    return tokens.new_empty(0), 0
 
 
 class NGram(Method):
@@ -39,4 +43,8 @@ class NGram(Method):
             )
 
     def draft(self, state) -> Proposal:
-        return Proposal(tokens=lookup(state.tokens, self.k, self.min_n, self.max_n))
+        tokens, n = lookup(state.tokens, self.k, self.min_n, self.max_n)
+        if self.auto is None or not n:
+            return Proposal(tokens=tokens)
+        k = self.auto.length(bucket=n, cap=tokens.numel())  # rates kept per match length
+        return Proposal(tokens=tokens[:k], chosen=k, bucket=n)

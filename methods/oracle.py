@@ -45,4 +45,8 @@ class Oracle(Method):
         answer, pos = state.aux["answer"], state.length - state.n_prompt
         if not torch.equal(state.ids[state.n_prompt : state.length], answer[:pos]):
             return Proposal(tokens=answer.new_empty(0))  # left the known answer: no more drafts
-        return Proposal(tokens=answer[pos : pos + self.k])
+        tokens = answer[pos : pos + self.k]
+        if self.auto is None:
+            return Proposal(tokens=tokens)
+        k = self.auto.length(cap=tokens.numel())
+        return Proposal(tokens=tokens[:k], chosen=k)

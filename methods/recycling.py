@@ -30,7 +30,7 @@ import torch
 
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
-from methods import knobs, static_trees
+from methods import adaptive, budget, knobs, static_trees
 from methods.base import TreeMethod, TreeProposal
 
 SNAPSHOTS = 8  # prompts whose starting matrix is remembered (they repeat back to back)
@@ -50,6 +50,8 @@ class Recycling(TreeMethod):
         kn = knobs.read(cfg, RecyclingKnobs)
         tree = kn.tree
         depth = ctx.k(cfg)
+        auto = depth == adaptive.AUTO  # the whole tree, pruned per round from its nodes' rates
+        depth = None if auto else depth
         if isinstance(tree, str) and tree not in static_trees.TREES:
             raise UserError(
                 f"method.tree={tree!r} is unknown; choose one of: "
@@ -73,6 +75,9 @@ class Recycling(TreeMethod):
             idx = torch.tensor([i for i, p in enumerate(order) if len(p) == d], device=dev)
             self.levels.append((idx, self.parent[idx]))
         self.hot_start = kn.hot_start
+        if auto:
+            self.auto = adaptive.NodeRates(self.layout.parents, budget.MAX_NODES)
+            self.auto.calibrate(budget.provisional(ctx.target))
         self.adj = torch.full((ctx.target.vocab_size, self.width), -1, dtype=torch.long, device=dev)
         self.snapshots: OrderedDict[tuple, torch.Tensor] = OrderedDict()
         self.info = {
@@ -115,12 +120,18 @@ class Recycling(TreeMethod):
             cand = self.adj[src.clamp_min(0), self.rank[idx]]
             tok[idx] = torch.where(src < 0, -1, cand)
         keep = tok >= 0
-        if bool(keep.all()):
+        if self.auto is None and bool(keep.all()):
             return TreeProposal(tokens=tok, layout=self.layout)
         kept = keep.nonzero().flatten().tolist()  # prefix-closed: a dropped parent drops its kids
-        index = {j: i for i, j in enumerate(kept)}
-        parents = [index.get(self.layout.parents[j], -1) for j in kept]
-        return TreeProposal(tokens=tok[kept], layout=TreeLayout.from_parents(parents))
+        if self.auto is not None:
+            kept = self.auto.choose(steps=0, allowed=kept)
+        parents = adaptive.subtree(self.layout.parents, kept)
+        return TreeProposal(
+            tokens=tok[kept],
+            layout=TreeLayout.from_parents(parents),
+            chosen=None if self.auto is None else len(kept),
+            nodes=None if self.auto is None else kept,
+        )
 
     def after_accept(self, state, proposal, nodes, logits, hidden) -> None:
         # row 0 is the root (the last committed token), row i + 1 node i

@@ -28,17 +28,22 @@ class Context:
     device: torch.device
     dtype: torch.dtype
     model_cfg: DictConfig
-    k_override: int | None = None
+    k_override: int | str | None = None  # top-level k: an integer or "auto"
     eos: frozenset = frozenset()  # ids that end a turn
     # learned drafters' linear layers (drafters.weights): a run passes its `drafter_weights`
     # (auto by default); built by hand, a drafter keeps its stored values
     drafter_weights: str = "float"
 
-    def k(self, method_cfg) -> int | None:
+    def k(self, method_cfg) -> int | str | None:
         """The draft length: top-level `k` when given, else the method's own default (which a
-        tree method may leave None: its tree's own depth)."""
+        tree method may leave None: its tree's own depth); "auto": chosen per round
+        (methods.adaptive)."""
         k = self.k_override if self.k_override is not None else method_cfg.get("k")
-        return None if k is None else int(k)
+        if k is None or k == "auto":
+            return k
+        if isinstance(k, str) and not k.strip().lstrip("-").isdigit():
+            raise UserError(f"k={k!r} is not valid; use an integer >= 1 or auto")
+        return int(k)
 
 
 def method_names() -> list[str]:

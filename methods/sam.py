@@ -37,6 +37,7 @@ from methods.base import TreeMethod, TreeProposal
 from methods.registry import build_method, method_config
 
 FALLBACKS = ("eagle", "eagle3", "medusa")
+MATCH_BUCKETS = 8  # k=auto keeps acceptance rates for match lengths 1..7 and 8 or more
 
 
 def read_corpus(path: Path, tokenizer) -> list[list[int]]:
@@ -63,9 +64,7 @@ class Sam(TreeMethod):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.k = int(ctx.k(cfg) or 0)
-        if self.k < 1:
-            raise UserError(f"method {self.name}: k={self.k}: use an integer >= 1")
+        self.k = self.chain_k()  # k=auto: self.auto chooses per round, rates per match length
         self.fallback = None
         kn = knobs.read(cfg, SamKnobs)
         fb = kn.fallback
@@ -80,7 +79,7 @@ class Sam(TreeMethod):
         if kn.corpus:
             self.static = self._load_corpus(Path(kn.corpus), ctx)
         self.info = {
-            "k": self.k,
+            "k": "auto" if self.auto else self.k,
             "min_match": self.min_match,
             "fallback": fb or None,
             "corpus_tokens": len(self.static) if self.static else 0,
@@ -139,8 +138,15 @@ class Sam(TreeMethod):
         if self.static:
             state.aux["static_match"] = self.static.match(prompt)
 
-    def calibrate(self, costs: dict) -> bool:
-        return self.fallback.calibrate(costs) if self.fallback else False
+    def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0)) -> bool:
+        super().calibrate(costs, (0.0, drafting[1]))  # its own drafting is a lookup
+        return self.fallback.calibrate(costs, drafting) if self.fallback else False
+
+    def learn(self, proposal, acc) -> None:
+        if proposal.bucket is not None:  # a round the automaton drafted
+            super().learn(proposal, acc)
+        elif self.fallback is not None:  # (its policy ignores rounds it did not draft)
+            self.fallback.learn(proposal, acc)
 
     def observe(self, state, proposal, acc) -> None:
         (self.fallback or super()).observe(state, proposal, acc)
@@ -171,8 +177,15 @@ class Sam(TreeMethod):
             if self.fallback:
                 return self.fallback.draft(state)
             draft = []
+        chosen = bucket = None
+        if self.auto is not None and draft:
+            bucket = min(n, MATCH_BUCKETS)  # rates kept per match length
+            chosen = self.auto.length(bucket=bucket, cap=len(draft))
+            draft = draft[:chosen]
         tokens = torch.tensor(draft, dtype=torch.long, device=state.ids.device)
-        return TreeProposal(tokens=tokens, layout=TreeLayout.chain(len(draft)))
+        return TreeProposal(
+            tokens=tokens, layout=TreeLayout.chain(len(draft)), chosen=chosen, bucket=bucket
+        )
 
     def verify(self, state, proposal):
         return (self.fallback or super()).verify(state, proposal)

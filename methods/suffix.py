@@ -31,8 +31,11 @@ C++20 compiler, CMake, nanobind, grpcio-tools, a pinned protobuf and its own tor
 environment (7 minutes on 2 cores with a local torch wheel; a multi-GB CUDA torch otherwise),
 so specsweep carries its own index, tested against a brute-force counter
 (tests/test_suffix_index.py).
-Knobs: k, shape (chain | tree), max_depth, max_spec_factor, max_spec_offset, min_token_prob,
-max_cached, reuse_same_prompt.
+With k=auto (methods.adaptive) a round verifies the n most probable nodes of the best draft
+(at most max_k), their probabilities calibrated by depth on the run's accepted paths, n
+maximising expected tokens per second on the run's cost curve; none when no size pays.
+Knobs: k (or auto), max_k, shape (chain | tree), max_depth, max_spec_factor, max_spec_offset,
+min_token_prob, max_cached, reuse_same_prompt.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import torch
 from drafters.suffix_automaton import SuffixAutomaton
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
-from methods import knobs
+from methods import adaptive, budget, knobs
 from methods.base import TreeMethod, TreeProposal
 
 SHAPES = ("chain", "tree")
@@ -59,6 +62,7 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)  # groundfloor.tree: −1 = child of the root
     score: float = 0.0  # Σ node probabilities
+    probs: list[float] = field(default_factory=list)  # each node's probability
     match_len: int = 0
 
 
@@ -92,6 +96,7 @@ def grow(
         neg, _, x, c, parent, level = heapq.heappop(heap)
         out.tokens.append(x)
         out.parents.append(parent)
+        out.probs.append(-neg)
         out.score -= neg
         push(c, -neg, len(out.tokens) - 1, level)
     return out
@@ -190,8 +195,13 @@ class Suffix(TreeMethod):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.k = int(ctx.k(cfg) or 0)
         kn = knobs.read(cfg, SuffixKnobs)
+        if ctx.k(cfg) == adaptive.AUTO:  # the node count chosen per round from the scores
+            self.k = self.max_k()
+            self.auto = adaptive.TreeChooser(self.k, kn.max_depth)
+            self.auto.calibrate(budget.provisional(ctx.target))
+        else:
+            self.k = int(ctx.k(cfg) or 0)
         self.shape, self.max_depth = kn.shape, kn.max_depth
         self.factor, self.offset = kn.max_spec_factor, kn.max_spec_offset
         self.min_prob, self.max_cached = kn.min_token_prob, kn.max_cached
@@ -269,5 +279,26 @@ class Suffix(TreeMethod):
             other = speculate(glob, v, n, longest, *args)
             if other.score > best.score:
                 best = other
+        if self.auto is not None:
+            return self._auto(best, state.ids.device)
         tokens = torch.tensor(best.tokens, dtype=torch.long, device=state.ids.device)
         return TreeProposal(tokens=tokens, layout=TreeLayout.from_parents(best.parents))
+
+    def _auto(self, best: Draft, device) -> TreeProposal:
+        """k=auto: the n best nodes by calibrated probability, n maximising (1 + Σ ŝ)/T(n)."""
+        depths = []
+        for p in best.parents:
+            depths.append(1 if p < 0 else depths[p] + 1)
+        est = self.auto.calibrated(best.probs, best.parents, depths)
+        order = self.auto.order(est)
+        n = self.auto.size([est[i] for i in order], 0)
+        keep = sorted(order[:n])
+        index = {j: i for i, j in enumerate(keep)}
+        parents = [index[best.parents[j]] if best.parents[j] >= 0 else -1 for j in keep]
+        tokens = torch.tensor([best.tokens[j] for j in keep], dtype=torch.long, device=device)
+        return TreeProposal(
+            tokens=tokens,
+            layout=TreeLayout.from_parents(parents),
+            chosen=n,
+            reach=[best.probs[j] for j in keep],
+        )

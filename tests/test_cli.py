@@ -132,7 +132,10 @@ BAD = [
     (["resume=maybe"], "resume='maybe' is not valid; resume takes true or false"),
     (["model=hf"], "model=hf needs model.target="),
     (["method.k=x"], "method.k='x' is not valid for ngram; it takes an integer"),
-    (["method.foo=1"], "method.foo: ngram has no knob 'foo'; its knobs: k, min_n, max_n"),
+    (
+        ["method.foo=1"],
+        "method.foo: ngram has no knob 'foo'; its knobs: k, max_k, fixed_k, min_n, max_n",
+    ),
     (["method=medusa", "method.num_heads=two"], "method.num_heads='two' is not valid for medusa"),
     (["model.kernel=onednn", "model.weights=int4"], "model.kernel=onednn runs float32 weights"),
     (
@@ -255,8 +258,9 @@ def test_interrupted_run_keeps_finished_prompts(tiny_target_dir, tmp_path, monke
     from bench.runner import Runner
     from methods.ngram import NGram
 
-    cfg = compose(["method=ngram", *tiny_args(tiny_target_dir, tmp_path, "repeats=1"), "warmup=0"])
-    runner = Runner(cfg, tmp_path)
+    # k fixed: k=auto would add one untimed turn (warmup=0) measuring the lookup's cost
+    args = ["method=ngram", "k=4", *tiny_args(tiny_target_dir, tmp_path, "repeats=1"), "warmup=0"]
+    runner = Runner(compose(args), tmp_path)
     calls = {"n": 0}
 
     def flaky(self, state):  # the method's second conversation is prompt 2

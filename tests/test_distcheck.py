@@ -180,7 +180,7 @@ def test_check_distribution_catches_argmax_at_positive_temperature(
 
     monkeypatch.setattr(NGram, "accept", argmax_accept)
     summary, _, _ = execute(
-        compose(["method=ngram", *tiny_run(tiny_target_dir, tmp_path)]), tmp_path
+        compose(["method=ngram", "k=8", *tiny_run(tiny_target_dir, tmp_path)]), tmp_path
     )
     assert summary.dist_pvalue.iloc[0] < 1e-3
 
@@ -202,7 +202,7 @@ def test_check_distribution_catches_a_rollback_bug_from_round_two_on(
 
     monkeypatch.setattr(NGram, "accept", off_by_one)
     summary, _, _ = execute(
-        compose(["method=ngram", *tiny_run(tiny_target_dir, tmp_path, "dist_samples=1500")]),
+        compose(["method=ngram", "k=8", *tiny_run(tiny_target_dir, tmp_path, "dist_samples=1500")]),
         tmp_path,
     )
     ev = json.loads((tmp_path / "distcheck.json").read_text())
@@ -215,7 +215,10 @@ def test_check_distribution_seeds_are_reproducible(tiny_target_dir, tmp_path):
     runs = []
     for d in ("a", "b"):
         execute(
-            compose(["method=ngram", *tiny_run(tiny_target_dir, tmp_path / d, "dist_samples=30")]),
+            # a fixed k: k=auto's sizes read timings, so its draws (not their law) vary by run
+            compose(
+                ["method=ngram", "k=8", *tiny_run(tiny_target_dir, tmp_path / d, "dist_samples=30")]
+            ),
             tmp_path / d,
         )
         runs.append(json.loads((tmp_path / d / "distcheck.json").read_text()))
@@ -268,7 +271,7 @@ def test_check_distribution_catches_a_missing_residual(
     import importlib
 
     if name == "draft":
-        extra = [f"model.draft={cut_draft_dir}"]
+        extra = [f"model.draft={cut_draft_dir}", "k=4"]  # fixed sizes: the bug's power
     else:
         from helpers import random_heads
 
@@ -281,7 +284,7 @@ def test_check_distribution_catches_a_missing_residual(
             tmp_path / "heads",
             "tiny",
         )
-        extra = [f"method.heads={tmp_path / 'heads'}", "method.tree=medium"]
+        extra = [f"method.heads={tmp_path / 'heads'}", "method.tree=medium", "method.k=null"]
     # the forced-rejection draws cannot see this bug (the forced token has p ~ 0): left out
     args = [
         f"method={name}",

@@ -30,6 +30,7 @@ def one_wrong_token(acc: Accepted) -> Accepted:
 def dialog_run(target_dir, out, repeats: int) -> list[str]:
     return [
         "method=ngram",
+        "k=4",  # fixed: k=auto would add an untimed turn measuring the lookup (warmup=0)
         "model=hf",
         f"model.target={target_dir}",
         "model.dtype=float32",

@@ -130,6 +130,10 @@ def run_method(method: str, overrides: list[str], out: Path, progress=None, shar
     from bench.runner import execute
 
     cfg = compose([f"method={method}", *overrides, f"out='{out}'"], "gate overrides")
+    if cfg.k == "auto":
+        raise UserError("gate overrides: k=auto reads this machine's timings; give an integer")
+    if cfg.k is None and cfg.method.get("k") == "auto":  # a fixed size keeps τ deterministic
+        cfg.method.k = cfg.method.get("fixed_k")  # none: a tree method's whole tree
     try:
         summary, _, _ = execute(cfg, out, progress, shared)
     except UserError as e:

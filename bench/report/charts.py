@@ -73,8 +73,11 @@ plt.rcParams.update(
 )
 
 
-def config_label(method: str, k) -> str:
-    """'ngram k=8', or the bare method name when k means nothing (ar) or is unknown."""
+def config_label(method: str, k, auto: bool = False) -> str:
+    """'ngram k=8', 'ngram k=auto', or the bare method name when k means nothing (ar) or is
+    unknown."""
+    if auto:
+        return f"{method} k=auto"
     if k is None or (isinstance(k, float) and math.isnan(k)) or int(k) == 0:
         return str(method)
     return f"{method} k={int(k)}"
@@ -205,6 +208,8 @@ def sweep_lines(
 
     df: one row per (series, x) with method, k, speedup(+ci), tau(+ci)."""
     fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.0), layout="constrained")
+    auto = df[df.k_auto.fillna(False).astype(bool)] if "k_auto" in df else df.iloc[:0]
+    df = df.drop(auto.index)
     for name, g in df.groupby(series, sort=True):
         g = g.sort_values(x)
         first = g.iloc[0]
@@ -225,6 +230,20 @@ def sweep_lines(
                 lw=1.6,
                 label=name if ax is axes[0] else None,
             )
+    for i, r in auto.iterrows():  # k=auto: one point at the mean size its rounds chose
+        one = auto.loc[[i]]
+        for ax, col in zip(axes, ("speedup", "tau_round")):
+            ax.errorbar(
+                one[x],
+                one[col],
+                yerr=_errs(one, col),
+                color=palette.method(r.method),
+                marker="*",
+                ms=12,
+                capsize=3,
+                ls="none",
+                label=f"{r.method} k=auto (at its mean k)" if ax is axes[0] else None,
+            )
     for ax, ylabel in zip(
         axes, ("speedup over autoregressive (×)", "τ_round (tokens per decoding step)")
     ):
@@ -238,7 +257,7 @@ def sweep_lines(
         )
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        ax.set_xticks(sorted(df[x].unique()))
+        ax.set_xticks(sorted(df[x].dropna().unique()))
         ax.set_ylim(bottom=0)
     axes[0].set_title("speedup (95% interval)")
     axes[1].set_title("τ (95% interval over prompts)")

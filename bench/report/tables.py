@@ -21,7 +21,8 @@ PHASES = ["prefill", "draft", "verify", "other"]
 
 def with_labels(cells: pd.DataFrame) -> pd.DataFrame:
     out = cells.copy()
-    out["label"] = [config_label(m, k) for m, k in zip(out.method, out.k)]
+    auto = out.k_auto.fillna(False).astype(bool) if "k_auto" in out else [False] * len(out)
+    out["label"] = [config_label(m, k, a) for m, k, a in zip(out.method, out.k, auto)]
     return out
 
 
@@ -131,10 +132,14 @@ def leaderboard_markdown(board: pd.DataFrame, metric: str) -> str:
 
 # --- sweeps ---
 def k_sweep(cells: pd.DataFrame) -> pd.DataFrame:
-    """Overall rows at the lowest temperature of methods run at two or more values of k."""
+    """Overall rows at the lowest temperature of methods run at two or more values of k (a
+    k=auto row counts as one, placed at its mean chosen k)."""
     df = with_labels(overall(lowest_temperature(cells)))
-    df = df[df.k.notna() & (df.k > 0)]
-    many = df.groupby("method").k.nunique()
+    auto = df.k_auto.fillna(False).astype(bool) if "k_auto" in df else df.k.isna() & False
+    if "mean_k" in df and auto.any():
+        df.loc[auto, "k"] = pd.to_numeric(df.loc[auto, "mean_k"], errors="coerce")
+    df = df[df.k.notna() & ((df.k > 0) | auto)]
+    many = df.groupby("method").label.nunique()
     df = df[df.method.isin(many[many >= 2].index)]
     return _sweep_cols(df.sort_values(["method", "k"]))
 
@@ -149,8 +154,10 @@ def temperature_sweep(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _sweep_cols(df: pd.DataFrame) -> pd.DataFrame:
+    extra = ["k_auto"] if "k_auto" in df else []
     return df[
-        [
+        extra
+        + [
             "label",
             "method",
             "k",

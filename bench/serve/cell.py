@@ -23,7 +23,7 @@ from bench import lifecycle
 from bench import records as rec
 from bench.serve import client, scrape
 from bench.serve.load import run_pass
-from bench.serve.server import Server, command, get
+from bench.serve.server import Server, command, get, server_k
 from bench.verdict import first_divergence
 from groundfloor.errors import UserError
 from groundfloor.prompting import encode, seed_for
@@ -48,7 +48,7 @@ class Cell:
             cfg, self.prompts, self.tokenizer, served_context(str(cfg.model.target))
         )
         self.argv = {role: command(cfg, role) for role in ROLES}  # fails early on a bad config
-        self.k = cfg.k if cfg.k is not None else cfg.method.get("k")
+        self.k = server_k(cfg)  # k=auto: the method's fixed_k (a server drafts a fixed length)
         n = cfg.num_requests
         self.num_requests = int(n) if n is not None else len(self.prompts)
         self.passes: list[dict] = []

@@ -45,13 +45,21 @@ def placeholders(cfg) -> dict[str, str]:
     for key, value in method.items():
         if isinstance(value, (str, int, float, bool)) or value is None:
             out["{method.%s}" % key] = str(value)
-    k = cfg.k if cfg.k is not None else method.get("k")
+    k = server_k(cfg)
     out["{k}"] = str(k)
     out["{k+1}"] = str(int(k) + 1) if k is not None else "None"
     out["{model_dir}"] = "" if "{model_dir}" not in str(s.cmd) else resolve_path(str(model.target))
     gguf = embedded_gguf(str(model.target)) if "{gguf}" in str(s.cmd) else None
     out["{gguf}"] = str(gguf or model.get("gguf") or "")
     return out
+
+
+def server_k(cfg):
+    """The draft length a server is started with: k, else the method's own; a server drafts a
+    fixed length, so k=auto starts it with the method's `fixed_k` (none: its own default)."""
+    method = cfg.method
+    k = cfg.k if cfg.k is not None else method.get("k")
+    return method.get("fixed_k") if k == "auto" else k
 
 
 PATH_KEYS = ("target", "draft", "medusa", "eagle", "eagle3", "gguf")

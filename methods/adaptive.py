@@ -1,0 +1,387 @@
+"""`k=auto`: each round drafts the length (or tree size) that maximises expected tokens per second.
+
+A round that drafts k tokens and verifies them in one target forward costs
+
+    T(k) = c(k + 1) + s(k)·d + r          (T(0) = c(1) + r: a plain decoding step)
+
+c: the run's cost curve (engines.probe, timed after warm-up; linear between the sizes it timed),
+d: the drafter's cost per sequential step, s(k): its steps for k tokens (a draft model: k, a lookup:
+0), r: the drafting work paid every round whatever k (a lookup, a head's catch-up). d and r are
+measured on the run's warm-up turns (`calibrate`), never assumed. The round emits
+
+    E(k) = 1 + Σ_{i=1..k} Π_{j=1..i} α_j
+
+tokens in expectation, α_j the conditional acceptance at depth j (x_j accepted given x_1..x_{j−1}
+were), kept per context bucket (n-gram methods: the match length) from the run's own rounds,
+shrunk towards the pooled rate and a prior while a bucket has few rounds. The round drafts
+k* = argmax_{0 ≤ k ≤ max_k} E(k)/T(k); k* = 0 is a plain step. A run that stays at 0 for
+`PROBE_EVERY` rounds drafts k* over k ≥ 1 once, so its rates keep being measured.
+
+Trees score nodes instead: a node's reach probability ŝ (its path's draft probability, times a
+per-depth calibration λ_depth fitted from the accepted paths), and the round keeps the n best
+(a prefix-closed choice) maximising (1 + Σ ŝ)/T(n). Learned drafters stop extending early when the
+next step's expected gain (its reach times its calibrated confidence) cannot raise E/T.
+
+The choice for a round reads only earlier rounds and this round's draft, never the target's
+verdict on it, so every accept rule stays lossless (tests/test_adaptive.py checks the law at T=1).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from pathlib import Path
+
+AUTO = "auto"  # the value of k that turns the policy on
+PRIOR = 0.5  # conditional acceptance per depth before a run has rounds (a drafter may pass its own)
+PROBE_EVERY = 8  # plain rounds in a row after which one round drafts again (keeps α measured)
+PRIOR_WEIGHT = 2.0  # pseudo-rounds behind the prior (and behind the pooled rate, for a bucket)
+BINS = 10  # confidence bins of a learned drafter's calibration
+
+
+def trained_prior(directory) -> list[float] | float:
+    """A trained drafter's held-out top-1 by position (train_summary.json, written by our
+    training) as the prior of its acceptance by depth; PRIOR where it has none."""
+    path = Path(directory) / "train_summary.json"
+    try:
+        top1 = json.loads(path.read_text()).get("top1_per_pos")
+    except (OSError, ValueError):
+        return PRIOR
+    return [float(a) for a in top1] if top1 else PRIOR
+
+
+class Costs:
+    """c(q) from a timed curve {q: seconds}, with the drafter's measured costs."""
+
+    def __init__(self, curve: dict, step_s: float = 0.0, round_s: float = 0.0):
+        self.q = sorted(curve)
+        self.c = [float(curve[q]) for q in self.q]
+        self.step_s, self.round_s = float(step_s), float(round_s)
+
+    def verify(self, q: int) -> float:
+        """Seconds of one target forward over q tokens, linear between timed sizes (and past
+        the largest, along its last segment)."""
+        xs, ys = self.q, self.c
+        if len(xs) == 1:
+            return ys[0] * q / xs[0]
+        i = min(max(bisect.bisect_left(xs, q), 1), len(xs) - 1)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return max(y0 + (y1 - y0) * (q - x0) / (x1 - x0), ys[0] * 0.5)
+
+    def round(self, tokens: int, steps: int) -> float:
+        """T: a round verifying `tokens` drafted tokens made in `steps` drafter steps."""
+        return self.verify(tokens + 1) + steps * self.step_s + self.round_s
+
+
+class Depths:
+    """Conditional acceptance by depth, per bucket: counts of rounds that reached depth i with a
+    drafted token there, and of those that accepted it."""
+
+    def __init__(self, max_k: int, prior: list[float] | float = 0.5):
+        self.max_k = max_k
+        p = prior if isinstance(prior, list) else [prior]
+        self.prior = [min(max(float(p[min(i, len(p) - 1)]), 0.01), 0.99) for i in range(max_k)]
+        self.pool = ([0.0] * max_k, [0.0] * max_k)  # (reached, accepted)
+        self.buckets: dict = {}
+
+    def record(self, bucket, drafted: int, accepted: int) -> None:
+        rows = [self.pool]
+        if bucket is not None:
+            rows.append(self.buckets.setdefault(bucket, ([0.0] * self.max_k, [0.0] * self.max_k)))
+        for reached, acc in rows:
+            for i in range(min(accepted + 1, drafted, self.max_k)):
+                reached[i] += 1
+                if i < accepted:
+                    acc[i] += 1
+
+    def alphas(self, bucket=None) -> list[float]:
+        w = PRIOR_WEIGHT
+        reached, acc = self.pool
+        pooled = [(acc[i] + w * self.prior[i]) / (reached[i] + w) for i in range(self.max_k)]
+        if bucket is None or bucket not in self.buckets:
+            return pooled
+        reached, acc = self.buckets[bucket]
+        return [(acc[i] + w * pooled[i]) / (reached[i] + w) for i in range(self.max_k)]
+
+
+def expected(alphas: list[float], k: int) -> float:
+    """E(k) = 1 + Σ_{i≤k} Π_{j≤i} α_j."""
+    e, reach = 1.0, 1.0
+    for a in alphas[:k]:
+        reach *= a
+        e += reach
+    return e
+
+
+def best_chain(alphas: list[float], costs: Costs, max_k: int, steps_per_token: int) -> int:
+    """k* = argmax_{0≤k≤max_k} E(k)/T(k) (ties: the shorter)."""
+    best_k, best = 0, 1.0 / costs.round(0, 0)
+    e, reach = 1.0, 1.0
+    for k in range(1, max_k + 1):
+        reach *= alphas[k - 1]
+        e += reach
+        rate = e / costs.round(k, k * steps_per_token)
+        if rate > best * (1 + 1e-9):
+            best_k, best = k, rate
+    return best_k
+
+
+def best_prefix(reach: list[float], costs: Costs, steps: int) -> int:
+    """Nodes sorted by reach probability, best first: how many to verify, n* = argmax
+    (1 + Σ_{i<n} reach_i)/T(n) over 0..len(reach), the drafter's `steps` already paid."""
+    best_n, best = 0, 1.0 / costs.round(0, steps)
+    e = 1.0
+    for n, s in enumerate(reach, 1):
+        e += s
+        rate = e / costs.round(n, steps)
+        if rate > best * (1 + 1e-9):
+            best_n, best = n, rate
+    return best_n
+
+
+class Confidence:
+    """P(a drafted token is accepted | its depth was reached, the drafter's top probability),
+    by probability bin; prior: the running rate at the token's depth."""
+
+    def __init__(self):
+        self.reached = [0.0] * BINS
+        self.acc = [0.0] * BINS
+
+    @staticmethod
+    def _bin(p: float) -> int:
+        return min(int(p * BINS), BINS - 1)
+
+    def rate(self, p: float, prior: float) -> float:
+        b = self._bin(p)
+        return (self.acc[b] + PRIOR_WEIGHT * prior) / (self.reached[b] + PRIOR_WEIGHT)
+
+    def record(self, confs: list[float], accepted: int) -> None:
+        for i, p in enumerate(confs[: accepted + 1]):
+            b = self._bin(p)
+            self.reached[b] += 1
+            if i < accepted:
+                self.acc[b] += 1
+
+
+class Chooser:
+    """One method's k=auto state: its costs, rates and the lengths it chose.
+
+    ch = Chooser(max_k=8, steps_per_token=0)       # a lookup method
+    ch.calibrate(curve, step_s, round_s)           # the run's warm curve and drafter cost
+    k = ch.length(bucket)                          # before drafting
+    ch.record(bucket, drafted, accepted)           # after the verify
+    """
+
+    def __init__(self, max_k: int, steps_per_token: int, prior: list[float] | float = 0.5):
+        self.max_k, self.steps_per_token = max_k, steps_per_token
+        self.depths = Depths(max_k, prior)
+        self.conf = Confidence()
+        self.prior = prior
+        self.costs: Costs | None = None
+        self.plain_run, self.probing = 0, False
+
+    def reset(self) -> None:
+        """Forget the rates (after warm-up: the measured turns start from the prior)."""
+        self.depths = Depths(self.depths.max_k, self.prior)
+        self.conf = Confidence()
+        self.plain_run, self.probing = 0, False
+
+    def calibrate(self, curve: dict, step_s: float = 0.0, round_s: float = 0.0) -> None:
+        self.costs = Costs(curve, step_s, round_s)
+
+    def length(self, bucket=None, cap: int | None = None) -> int:
+        """The draft length for this round (0: draft nothing); `cap`: tokens available."""
+        top = self.max_k if cap is None else min(cap, self.max_k)
+        self.probing = False
+        if top <= 0:
+            return 0
+        a = self.depths.alphas(bucket)
+        s = self.steps_per_token
+        k = best_chain(a, self.costs, top, s)
+        if k == 0 and self.plain_run >= PROBE_EVERY:  # measure again: the best k ≥ 1
+            rates = [expected(a, j) / self.costs.round(j, j * s) for j in range(1, top + 1)]
+            k, self.probing = 1 + rates.index(max(rates)), True
+        return k
+
+    def keep_going(self, e: float, reach: float, drafted: int, conf: float) -> bool:
+        """Early stop: does drafting token `drafted + 1`, whose drafter top probability is
+        `conf` (read before the token is drawn), raise E/T? e: the expected tokens of the
+        `drafted` so far, reach: their joint acceptance estimate. A probing round drafts its
+        first token whatever the confidence."""
+        if self.probing and drafted == 0:
+            return True
+        c, s = self.costs, self.steps_per_token
+        now = e / c.round(drafted, drafted * s)
+        nxt = (e + reach * self.rate(conf, drafted)) / c.round(drafted + 1, (drafted + 1) * s)
+        return nxt > now
+
+    def rate(self, conf: float, drafted: int) -> float:
+        """Acceptance of the next token: its confidence bin's measured rate, shrunk towards
+        the running rate at its depth."""
+        return self.conf.rate(conf, self.depths.alphas()[min(drafted, self.max_k - 1)])
+
+    def learn(self, proposal, acc) -> None:
+        self.record(proposal.bucket, acc.drafted, acc.n_draft_accepted, proposal.confs)
+
+    def record(self, bucket, drafted: int, accepted: int, confs: list[float] | None = None):
+        self.plain_run = 0 if drafted else self.plain_run + 1
+        if drafted:
+            self.depths.record(bucket, drafted, accepted)
+            if confs:
+                self.conf.record(confs, accepted)
+
+    def summary(self) -> dict:
+        c = self.costs
+        return {
+            "max_k": self.max_k,
+            "step_ms": None if c is None else round(c.step_s * 1e3, 3),
+            "round_ms": None if c is None else round(c.round_s * 1e3, 3),
+            "alpha": [round(a, 3) for a in self.depths.alphas()],
+        }
+
+
+def draft_costs(turns) -> tuple[float, float]:
+    """(seconds per drafter step, seconds per round outside them) from warm-up TurnResults: a
+    learned drafter's draft time over its steps; a lookup's over its rounds."""
+    draft = sum(t.times_ns.get("draft", 0) for t in turns) / 1e9
+    steps = sum(t.draft_steps for t in turns)
+    rounds = sum(max(t.target_forwards - 1, 0) for t in turns)
+    if steps:
+        return draft / steps, 0.0
+    return 0.0, draft / max(rounds, 1)
+
+
+class TreeChooser:
+    """k=auto for a scored draft (a tree, or a chain whose nodes carry probabilities): how many
+    of the best nodes to verify, and (learned drafters) whether to draft one more depth.
+
+    A node's raw reach r is its path's draft probability (EAGLE: the product of the head's
+    probabilities; suffix: the index's frequency ratios). ŝ = min(λ_depth · r, ŝ_parent), with
+    λ_depth = (rounds whose accepted path reached depth + w) / (Σ r of the verified nodes at that
+    depth + w): the nodes of one depth are disjoint events, so Σ r estimates the chance the path
+    gets there. Sorted best first (ties: creation order), any prefix is a tree."""
+
+    def __init__(self, max_nodes: int, max_depth: int):
+        self.max_nodes, self.max_depth = max_nodes, max_depth
+        self.costs: Costs | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.reached = [0.0] * (self.max_depth + 1)
+        self.predicted = [0.0] * (self.max_depth + 1)
+
+    def calibrate(self, curve: dict, step_s: float = 0.0, round_s: float = 0.0) -> None:
+        self.costs = Costs(curve, step_s, round_s)
+
+    def lam(self, depth: int) -> float:
+        d = min(depth, self.max_depth)
+        return (self.reached[d] + PRIOR_WEIGHT) / (self.predicted[d] + PRIOR_WEIGHT)
+
+    def calibrated(self, raw: list[float], parents: list[int], depths: list[int]) -> list[float]:
+        """ŝ per node (parents listed before their children)."""
+        out = []
+        for r, p, d in zip(raw, parents, depths):
+            s = min(self.lam(d) * r, 1.0)
+            out.append(min(s, out[p]) if p >= 0 else s)
+        return out
+
+    def order(self, est: list[float]) -> list[int]:
+        """Node indices best first, ties by creation order (a parent before its children)."""
+        return sorted(range(len(est)), key=lambda i: (-est[i], i))
+
+    def size(self, est_sorted: list[float], steps: int) -> int:
+        """Nodes to verify from estimates sorted best first, the drafter's `steps` paid."""
+        return best_prefix(est_sorted[: self.max_nodes], self.costs, steps)
+
+    def deeper(self, est_sorted: list[float], frontier: list[float], steps: int) -> bool:
+        """Early stop: can one more drafter step (its new nodes reaching at most `frontier`'s
+        estimates, the frontier's children being no likelier than their parents) raise E/T?"""
+        c = self.costs
+        n = self.size(est_sorted, steps)
+        e = 1.0 + sum(est_sorted[:n])
+        now = e / c.round(n, steps)
+        gain = sorted(frontier, reverse=True)[: max(self.max_nodes - n, 0)]
+        best_then = 0.0
+        e2 = e
+        for j, g in enumerate(gain, 1):
+            e2 += g
+            best_then = max(best_then, e2 / c.round(n + j, steps + 1))
+        return best_then > now
+
+    def learn(self, proposal, acc) -> None:
+        if proposal.reach is None or not len(proposal.tokens):
+            return
+        depth = proposal.layout.depth
+        for i, r in enumerate(proposal.reach[: proposal.n_draft]):
+            d = min(int(depth[i + 1]), self.max_depth)
+            self.predicted[d] += r
+        for d in range(1, min(acc.n_draft_accepted, self.max_depth) + 1):
+            self.reached[d] += 1
+
+    def summary(self) -> dict:
+        c = self.costs
+        return {
+            "max_nodes": self.max_nodes,
+            "step_ms": None if c is None else round(c.step_s * 1e3, 3),
+            "round_ms": None if c is None else round(c.round_s * 1e3, 3),
+            "lambda": [round(self.lam(d), 3) for d in range(1, self.max_depth + 1)],
+        }
+
+
+class NodeRates:
+    """k=auto for a fixed tree template (Medusa's, Token Recycling's): each round verifies the
+    template's best n nodes, n maximising (1 + Σ ŝ)/T(n), a node's ŝ its measured share of
+    the rounds that verified it in which the accepted path went through it (prior PRIOR^depth,
+    never above its parent's), every node always ranked after its parent."""
+
+    def __init__(self, parents: list[int], max_nodes: int, prior: float = PRIOR):
+        self.parents = list(parents)
+        self.depth = []
+        for p in self.parents:
+            self.depth.append(1 if p < 0 else self.depth[p] + 1)
+        self.prior = [prior**d for d in self.depth]
+        self.max_nodes = max_nodes
+        self.costs: Costs | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        n = len(self.parents)
+        self.verified, self.accepted = [0.0] * n, [0.0] * n
+
+    def calibrate(self, curve: dict, step_s: float = 0.0, round_s: float = 0.0) -> None:
+        self.costs = Costs(curve, step_s, round_s)
+
+    def estimates(self) -> list[float]:
+        w, out = PRIOR_WEIGHT, []
+        for i, p in enumerate(self.parents):
+            s = (self.accepted[i] + w * self.prior[i]) / (self.verified[i] + w)
+            out.append(min(s, out[p]) if p >= 0 else s)
+        return out
+
+    def choose(self, steps: int, allowed: list[int] | None = None) -> list[int]:
+        """Template nodes to verify (ascending, prefix-closed), among `allowed` (a
+        prefix-closed subset the drafter could fill; None: all)."""
+        est = self.estimates()
+        ids = range(len(est)) if allowed is None else allowed
+        order = sorted(ids, key=lambda i: (-est[i], self.depth[i], i))[: self.max_nodes]
+        n = best_prefix([est[i] for i in order], self.costs, steps)
+        return sorted(order[:n])
+
+    def learn(self, proposal, acc) -> None:
+        nodes = proposal.nodes  # the template ids of the verified nodes
+        if nodes is None:
+            return
+        path = set(acc.seen[0]) if acc.seen else set()
+        for j, t in enumerate(nodes):
+            self.verified[t] += 1
+            if j in path:
+                self.accepted[t] += 1
+
+    def summary(self) -> dict:
+        return {"max_nodes": self.max_nodes, "nodes": len(self.parents)}
+
+
+def subtree(parents: list[int], keep: list[int]) -> list[int]:
+    """The parents of the kept nodes (ascending, prefix-closed) renumbered among themselves."""
+    index = {j: i for i, j in enumerate(keep)}
+    return [index[parents[j]] if parents[j] >= 0 else -1 for j in keep]

@@ -1,0 +1,305 @@
+"""k=auto (methods.adaptive): the per-round draft size from the cost curve and running rates, exact
+at T = 0 for every method that has it, lossless at T = 1, and recorded per round."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import compose, tiny_llama
+from helpers import eagle_method, make_ctx, method, prompts, run, save_head
+
+from bench.runner import execute
+from methods import adaptive
+
+CPU = {1: 0.010, 2: 0.0116, 4: 0.0139, 8: 0.0218, 16: 0.0377, 64: 0.142}  # a 2-core curve
+FLAT = {1: 0.010, 2: 0.010, 4: 0.010, 8: 0.0102, 16: 0.0105, 64: 0.012}  # a GPU's
+
+
+def chooser(curve, alpha, max_k=16, steps=0, step_s=0.0, round_s=0.0):
+    ch = adaptive.Chooser(max_k, steps, prior=alpha)
+    ch.calibrate(curve, step_s, round_s)
+    return ch
+
+
+def test_costs_interpolate_between_and_past_the_timed_sizes():
+    c = adaptive.Costs(CPU)
+    assert c.verify(1) == pytest.approx(0.010)
+    assert c.verify(3) == pytest.approx((0.0116 + 0.0139) / 2)
+    assert c.verify(32) == pytest.approx(0.0377 + (0.142 - 0.0377) * 16 / 48)
+    assert c.verify(80) > c.verify(64)
+    assert c.round(4, 4) == pytest.approx(c.verify(5))
+    assert adaptive.Costs(CPU, step_s=0.002, round_s=0.001).round(4, 4) == pytest.approx(
+        c.verify(5) + 4 * 0.002 + 0.001
+    )
+
+
+def test_the_length_follows_acceptance_and_the_curve():
+    # nothing accepted: drafting never pays, a round is a plain step
+    assert chooser(CPU, 0.02).length() == 0
+    # acceptance high: longer drafts pay, more so on a flat curve than on a steep one
+    k_cpu, k_flat = chooser(CPU, 0.9).length(), chooser(FLAT, 0.9).length()
+    assert 2 <= k_cpu < k_flat
+    assert k_flat == 16  # flat curve, 0.9 per token: the longest allowed
+    # the same acceptance, a drafter that costs half a decode step per token: shorter or none
+    assert chooser(CPU, 0.6, steps=1, step_s=0.005).length() < chooser(CPU, 0.6).length()
+    # the cap: no more tokens than the lookup found
+    assert chooser(FLAT, 0.9).length(cap=3) == 3
+
+
+def test_the_choice_is_the_argmax_of_expected_tokens_per_second():
+    alphas = [0.8, 0.7, 0.5, 0.3, 0.1, 0.1]
+    costs = adaptive.Costs(CPU, step_s=0.001)
+    rates = [adaptive.expected(alphas, k) / costs.round(k, k) for k in range(len(alphas) + 1)]
+    assert adaptive.best_chain(alphas, costs, len(alphas), 1) == rates.index(max(rates))
+    assert adaptive.expected(alphas, 2) == pytest.approx(1 + 0.8 + 0.8 * 0.7)
+
+
+def test_depth_rates_are_conditional_and_kept_per_bucket():
+    d = adaptive.Depths(4, prior=0.5)
+    for _ in range(200):  # matches of length 3: the first two accepted, the third rejected
+        d.record(3, drafted=4, accepted=2)
+    for _ in range(200):  # matches of length 1: the first rejected
+        d.record(1, drafted=4, accepted=0)
+    a3, a1 = d.alphas(3), d.alphas(1)
+    assert a3[0] > 0.95 and a3[1] > 0.95 and a3[2] < 0.05
+    assert a3[3] == pytest.approx(d.alphas()[3], abs=1e-9)  # depth 4 never reached: pooled
+    assert a1[0] < 0.05
+    # a bucket with no rounds reads the pooled rates (half the rounds accepted token 1)
+    assert d.alphas(7)[0] == pytest.approx((200 + 1) / (400 + 2))
+
+
+def test_a_run_of_plain_rounds_probes_again():
+    ch = chooser(CPU, 0.02)
+    ks = []
+    for _ in range(3 * adaptive.PROBE_EVERY):
+        ks.append(ch.length())
+        ch.record(None, ks[-1], 0)
+    assert ks[: adaptive.PROBE_EVERY] == [0] * adaptive.PROBE_EVERY
+    probes = [i for i, k in enumerate(ks) if k]
+    assert probes == [adaptive.PROBE_EVERY, 2 * adaptive.PROBE_EVERY + 1]
+
+
+def test_confidence_stops_a_draft_that_cannot_pay():
+    ch = chooser(CPU, 0.6, steps=1, step_s=0.002)
+    # before any data a token's rate is its depth's: the confidence alone stops nothing
+    assert ch.keep_going(1.0, 1.0, 0, conf=0.02) == ch.keep_going(1.0, 1.0, 0, conf=0.95)
+    for _ in range(300):  # confident tokens are accepted, unsure ones rejected
+        ch.conf.record([0.95], accepted=1)
+        ch.conf.record([0.02], accepted=0)
+    assert ch.keep_going(1.0, 1.0, 0, conf=0.95)
+    assert not ch.keep_going(1.0, 1.0, 0, conf=0.02)
+    assert not ch.keep_going(1.5, 0.01, 1, conf=0.95)  # the path so far is unlikely: stop
+    ch.probing = True  # a probing round drafts its first token whatever the confidence
+    assert ch.keep_going(1.0, 1.0, 0, conf=0.02)
+
+
+def test_tree_size_reads_the_scores_and_calibration():
+    t = adaptive.TreeChooser(63, 10)
+    t.calibrate(CPU)
+    assert t.size([0.01] * 20, 0) == 0
+    n = t.size([0.9, 0.8, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02], 0)
+    assert 2 <= n <= 6
+    assert t.deeper([0.9, 0.8], [0.7, 0.1], 1)
+    assert not t.deeper([0.9, 0.8], [0.001, 0.001], 1)
+    # children never rank before their parents, whatever λ says
+    est = t.calibrated([0.5, 0.6], [-1, 0], [1, 2])
+    assert est[1] <= est[0]
+
+
+def test_node_rates_prune_a_fixed_tree_to_what_is_accepted():
+    parents = [-1, -1, 0, 0, 2]
+    nr = adaptive.NodeRates(parents, 63)
+    nr.calibrate(CPU)
+
+    class P:
+        nodes = [0, 1, 2, 3, 4]
+
+    class A:
+        seen = ([0, 2, 4], None, None)  # (proposal nodes on the accepted path, …)
+
+    for _ in range(100):
+        nr.learn(P, A)
+    keep = nr.choose(steps=0)
+    assert keep[:3] == [0, 2, 4] and 1 not in keep and 3 not in keep
+    assert adaptive.subtree(parents, [0, 2, 4]) == [-1, 0, 1]
+
+
+# --- every method with k=auto reproduces the baseline at T = 0 ------------------------------
+
+
+@pytest.mark.parametrize("name", ["ngram", "sam", "suffix", "oracle", "recycling"])
+def test_lookup_methods_with_auto_reproduce_ar(target, name):
+    ctx = make_ctx(target, "auto")
+    ar, m = method("ar", ctx), method(name, ctx)
+    m.calibrate(CPU)
+    chosen = []
+    for p in prompts(8, seed=3):
+        base, res = run(ar, p), run(m, p)
+        assert res.output_ids == base.output_ids
+        assert len(res.round_k) == res.target_forwards - 1
+        chosen += res.round_k
+    assert max(chosen) >= 1  # it drafted somewhere
+
+
+def test_suffix_tree_with_auto_reproduces_ar(target):
+    ctx = make_ctx(target, "auto")
+    ar, m = method("ar", ctx), method("suffix", ctx, shape="tree")
+    m.calibrate(FLAT)
+    for p in prompts(6, seed=4):
+        assert run(m, p).output_ids == run(ar, p).output_ids
+
+
+def test_oracle_with_auto_drafts_long_on_a_flat_curve(target):
+    ctx = make_ctx(target, "auto")
+    m = method("oracle", ctx)
+    m.calibrate(FLAT)
+    res = run(m, prompts(1, seed=5)[0], n=60)
+    assert max(res.round_k) >= 8  # every draft accepted: the rates climb, so does k
+
+
+def test_draft_model_with_auto_reproduces_ar_and_switches_off_a_bad_draft(
+    target, tiny_draft_dir, near_draft_dir
+):
+    ctx = make_ctx(target, "auto")
+    ar = method("ar", ctx)
+    near = method("draft", ctx, model=str(near_draft_dir))
+    near.calibrate(CPU, (0.001, 0.0))
+    bad = method("draft", ctx, model=str(tiny_draft_dir))
+    bad.calibrate(CPU, (0.004, 0.0))
+    near_k, bad_k = [], []
+    for p in prompts(6, seed=6):
+        base = run(ar, p)
+        r1, r2 = run(near, p), run(bad, p)
+        assert r1.output_ids == base.output_ids == r2.output_ids
+        near_k += r1.round_k
+        bad_k += r2.round_k
+    assert sum(near_k) / len(near_k) > sum(bad_k) / len(bad_k)
+    assert bad_k[-10:].count(0) >= 5  # a draft that is never right is switched off
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_eagle_with_auto_reproduces_ar(target, tmp_path, kind):
+    save_head(target, kind, tmp_path, seed=1)
+    ctx = make_ctx(target, "auto")
+    ar = method("ar", ctx)
+    m = eagle_method(target, kind, tmp_path, k="auto")
+    m.calibrate(FLAT, (0.0005, 0.0))
+    sizes = []
+    for p in prompts(4, seed=7):
+        res = run(m, p)
+        assert res.output_ids == run(ar, p).output_ids
+        sizes += res.round_k
+    assert max(sizes) >= 1
+
+
+def test_medusa_with_auto_reproduces_ar(target, tmp_path):
+    from helpers import random_heads
+
+    from drafters import medusa as heads_io
+
+    heads_io.save(random_heads(target.config.hidden_size, 3, 2), tmp_path, "tiny")
+    ctx = make_ctx(target, "auto")
+    ar = method("ar", ctx)
+    m = method("medusa", ctx, heads=str(tmp_path), tree="medium")
+    m.calibrate(CPU, (0.0005, 0.0))
+    for p in prompts(4, seed=8):
+        res = run(m, p)
+        assert res.output_ids == run(ar, p).output_ids
+        assert all(k <= m.layout.size for k in res.round_k)
+
+
+# --- a run: recorded, summarised, lossless at T = 1 -------------------------------------------
+
+
+def run_args(target, out, *extra):
+    return [
+        "model=hf",
+        f"model.target={target}",
+        "model.dtype=float32",
+        "device=cpu",
+        "task=code",
+        "limit=2",
+        "max_new_tokens=12",
+        "repeats=1",
+        "remeasure=0",
+        f"out={out}",
+        *extra,
+    ]
+
+
+def test_a_run_records_and_summarises_the_chosen_k(tiny_target_dir, tmp_path):
+    summary, _, _ = execute(
+        compose(["method=ngram", "k=auto", *run_args(tiny_target_dir, tmp_path)]), tmp_path
+    )
+    recs = [json.loads(line) for line in open(tmp_path / "records.jsonl")]
+    method_recs = [r for r in recs if r["role"] == "method"]
+    assert all(len(r["round_k"]) == r["target_forwards"] - 1 for r in method_recs)
+    row = summary.iloc[0]
+    hist = dict(tuple(map(int, kv.split(":"))) for kv in row.k_hist.split())
+    assert sum(hist.values()) == sum(len(r["round_k"]) for r in method_recs)
+    mean = sum(k * c for k, c in hist.items()) / sum(hist.values())
+    assert row.mean_k == pytest.approx(mean, abs=1e-3)
+    assert row.plain_rounds == pytest.approx(hist.get(0, 0) / sum(hist.values()), abs=1e-3)
+    env = json.loads((tmp_path / "env.json").read_text())
+    auto = env["method_info"]["auto"]
+    assert auto["round_ms"] > 0  # the lookup's cost, measured on the warm-up turn
+    assert len(auto["alpha"]) == 16
+
+
+def test_fixed_k_still_drafts_up_to_k(tiny_target_dir, tmp_path):
+    summary, _, _ = execute(
+        compose(["method=ngram", "k=3", *run_args(tiny_target_dir, tmp_path)]), tmp_path
+    )
+    recs = [json.loads(line) for line in open(tmp_path / "records.jsonl")]
+    assert max(max(r["round_k"] or [0]) for r in recs if r["role"] == "method") <= 3
+    assert str(summary.k.iloc[0]) == "3"
+
+
+@pytest.fixture(scope="module")
+def cut_draft_dir(tiny_target_dir, tmp_path_factory):
+    from conftest import save_with_tokenizer
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_target_dir)
+    model.model.layers = model.model.layers[:1]
+    model.config.num_hidden_layers = 1
+    return save_with_tokenizer(model, tmp_path_factory.mktemp("cut_draft"))
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("name", ["draft", "suffix"])
+def test_auto_keeps_the_law_at_temperature_one(name, tiny_target_dir, cut_draft_dir, tmp_path):
+    """A length chosen from earlier rounds' acceptance (and, for the draft model, from its
+    confidence before each token is drawn) must not bend the output law: check=distribution."""
+    extra = [f"model.draft={cut_draft_dir}"] if name == "draft" else ["method.shape=tree"]
+    cfg = compose(
+        [
+            f"method={name}",
+            "k=auto",
+            *run_args(tiny_target_dir, tmp_path, *extra),
+            "limit=1",
+            "max_new_tokens=8",
+            "warmup=0",
+            "temperature=1",
+            "top_k=8",
+            "check=distribution",
+            "dist_samples=200",
+        ]
+    )
+    summary, _, _ = execute(cfg, tmp_path)
+    ev = json.loads((tmp_path / "distcheck.json").read_text())
+    assert ev["drafted_tokens"] > 0
+    assert summary.dist_pvalue.iloc[0] > 0.01
+
+
+def test_bad_k_is_one_clear_line(tiny_target_dir, tmp_path):
+    from groundfloor.errors import UserError
+
+    with pytest.raises(UserError, match="k='often' is not valid; use an integer >= 1 or auto"):
+        execute(
+            compose(["method=ngram", "k=often", *run_args(tiny_target_dir, tmp_path)]), tmp_path
+        )
+    m = tiny_llama(0)
+    with pytest.raises(UserError, match="lookahead"):
+        method("lookahead", make_ctx(m, "auto"))
