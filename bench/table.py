@@ -14,6 +14,15 @@ from rich.console import Console
 from rich.table import Table
 
 
+def k_label(r) -> str:
+    """k as asked; k=auto with the mean size its rounds chose, and how many drafted nothing."""
+    mean, plain = getattr(r, "mean_k", None), getattr(r, "plain_rounds", None)
+    if str(r.k) != "auto" or mean is None or mean != mean:
+        return str(r.k)
+    off = f", {plain:.0%} off" if plain == plain and plain else ""
+    return f"auto ({mean:.1f}{off})"
+
+
 def _f(v, fmt="{:.2f}") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
@@ -61,7 +70,7 @@ def print_summary(summary: pd.DataFrame, title: str, console: Console | None = N
             str(r.task),
             "" if r.category == "all" else str(r.category),
             str(r.method),
-            str(r.k),
+            k_label(r),
             _f(r.temperature, "{:g}"),
             str(r.n_prompts),
             _f(r.tokens_per_s, "{:.1f}"),
