@@ -107,17 +107,35 @@ def drafting(m: pd.DataFrame) -> dict:
 
 
 def predicted_speedup(
-    tau_round: float | None, width, draft_per_round: float, costs: dict
+    tau_round: float | None,
+    width,
+    draft_per_round: float,
+    costs: dict,
+    base_step: float | None = None,
+    first: float = 0.0,
+    decode: float | None = None,
 ) -> float | None:
     """The cost model: τ_round ÷ ((mean c(w) + draft time per round) ÷ c(1)), with c the
     measured cost of a target forward over w tokens (interpolated on the run's curve); width:
-    the mean tokens per verify, or each round's (k=auto's sizes vary from round to round)."""
+    the mean tokens per verify, or each round's (k=auto's sizes vary from round to round).
+
+    With the baseline's measured time per decoded token `base_step` (s_b), the part of a
+    real step the curve does not time (a longer context, sampling, the loop: s_b − c(1)) is
+    added to every round, and with `first` (the time to the first token) and `decode` (tokens
+    decoded after it, per turn) the prediction is for whole turns, as the speedup is measured:
+    (F + n·s_b) ÷ (F + n·s_b ÷ step speedup)."""
     if not tau_round or not costs:
         return None
     c1 = costs[min(costs)]
     ws = list(width) if isinstance(width, (list, tuple)) else [width]
     verify = sum(interpolate(costs, w) for w in ws) / len(ws)
-    return tau_round / ((verify + draft_per_round) / c1)
+    if base_step is None:
+        return tau_round / ((verify + draft_per_round) / c1)
+    step = tau_round * base_step / (verify + max(base_step - c1, 0.0) + draft_per_round)
+    if not decode:
+        return step
+    base = first + decode * base_step
+    return base / (first + decode * base_step / step)
 
 
 def interpolate(costs: dict, w: float) -> float:

@@ -224,7 +224,11 @@ def _acceptance_detail(x: Scope):
     return tuple(x.draft[c] for c in DETAIL)
 
 
-@metric("predicted_speedup", doc="bench.acceptance's cost model on the run's cost curve")
+@metric(
+    "predicted_speedup",
+    doc="bench.acceptance's cost model on the run's cost curve, for whole turns (the "
+    "baseline's measured step and time to first token)",
+)
 def _predicted(x: Scope):
     rounds = (x.rep0.target_forwards - 1).sum()
     # tokens verified per round: lookahead's Jacobi window rides in the verify too
@@ -235,7 +239,20 @@ def _predicted(x: Scope):
         sizes = [k + 1 for ks in r0.round_k for k in ks]  # each round's verify, as drafted
         width = sizes if len(sizes) == rounds and sum(sizes) == r0[col].sum() + rounds else width
     per_round = float(x.rep0.draft_s.sum() / rounds) if rounds else 0.0
-    return acceptance.predicted_speedup(x.draft["tau_round"], width, per_round, x.costs)
+    b = x.base
+    decoded = (b.new_tokens - 1).clip(lower=0)
+    if not len(b) or not decoded.sum():
+        return acceptance.predicted_speedup(x.draft["tau_round"], width, per_round, x.costs)
+    base_step = float((b.wall_s - b.ttft_s).sum() / decoded.sum())  # the baseline's s_b
+    return acceptance.predicted_speedup(
+        x.draft["tau_round"],
+        width,
+        per_round,
+        x.costs,
+        base_step=base_step,
+        first=float(b.ttft_s.mean()),
+        decode=float(decoded.mean()),
+    )
 
 
 @metric("draft_overhead", doc="Σ draft time ÷ Σ wall time, quiet repeats")

@@ -107,33 +107,35 @@ class Runner:
 
     def warmup(self) -> list:
         """Untimed generations of both sides; with model.compile, the graphs are built here and
-        the time it took is reported as compile_s, apart from every measurement. → the method's
-        warm-up TurnResults (k=auto reads its drafter's cost from them)."""
+        the time it took is reported as compile_s, apart from every measurement. → the warm-up
+        TurnResults {role: [...]} (k=auto reads its costs from them)."""
         p = self.prompts[0]
         short = Prompt(p.id, p.task, p.category, p.turns[:1], max_new_tokens=16)
         t0 = time.perf_counter()
         rounds = max(int(self.cfg.warmup), 1 if getattr(self.target, "compiled", False) else 0)
-        turns = []
+        turns = {"baseline": [], "method": []}
         for _ in range(rounds):
-            for m in (self.baseline, self.method):
+            for role, m in (("baseline", self.baseline), ("method", self.method)):
                 conv = self.conversation(m, short, min(16, self.max_new(p)))
-                if m is self.method:
-                    turns += [res for _, res, _, _ in conv]
+                turns[role] += [res for _, res, _, _ in conv]
         if getattr(self.target, "compiled", False):
             self.choice["compile_s"] = round(time.perf_counter() - t0, 1)
             self.graphs = self.target.graphs()
         return turns
 
-    def drafting_cost(self, warm: list) -> tuple[float, float]:
-        """k=auto: the drafter's (seconds per step, seconds per round), measured on warm turns
-        (one untimed turn of its own when warmup=0): never assumed."""
+    def drafting_cost(self, warm: dict) -> tuple[float, float, float]:
+        """k=auto: the drafter's (seconds per step, seconds per round) and the loop's per-round
+        overhead beyond c(1), measured on warm turns (one untimed turn of each side when
+        warmup=0): never assumed."""
         if self.method.auto is None:
-            return 0.0, 0.0
-        if not warm:
+            return 0.0, 0.0, 0.0
+        if not warm["method"]:
             p = self.prompts[0]
             short = Prompt(p.id, p.task, p.category, p.turns[:1], max_new_tokens=16)
-            warm = [res for _, res, _, _ in self.conversation(self.method, short, 16)]
-        return adaptive.draft_costs(warm)
+            for role, m in (("baseline", self.baseline), ("method", self.method)):
+                warm[role] = [res for _, res, _, _ in self.conversation(m, short, 16)]
+        step_s, round_s = adaptive.draft_costs(warm["method"])
+        return step_s, round_s, adaptive.step_overhead(warm["baseline"], self.cost_curve)
 
     def check_no_recompile(self, where: str) -> None:
         """A compiled engine must not compile inside the clock: that time would be counted."""

@@ -53,10 +53,13 @@ def trained_prior(directory) -> list[float] | float:
 class Costs:
     """c(q) from a timed curve {q: seconds}, with the drafter's measured costs."""
 
-    def __init__(self, curve: dict, step_s: float = 0.0, round_s: float = 0.0):
+    def __init__(
+        self, curve: dict, step_s: float = 0.0, round_s: float = 0.0, overhead_s: float = 0.0
+    ):
         self.q = sorted(curve)
         self.c = [float(curve[q]) for q in self.q]
         self.step_s, self.round_s = float(step_s), float(round_s)
+        self.overhead_s = max(float(overhead_s), 0.0)
 
     def verify(self, q: int) -> float:
         """Seconds of one target forward over q tokens, linear between timed sizes (and past
@@ -70,7 +73,7 @@ class Costs:
 
     def round(self, tokens: int, steps: int) -> float:
         """T: a round verifying `tokens` drafted tokens made in `steps` drafter steps."""
-        return self.verify(tokens + 1) + steps * self.step_s + self.round_s
+        return self.verify(tokens + 1) + steps * self.step_s + self.round_s + self.overhead_s
 
 
 class Depths:
@@ -186,8 +189,8 @@ class Chooser:
         self.conf = Confidence()
         self.plain_run, self.probing = 0, False
 
-    def calibrate(self, curve: dict, step_s: float = 0.0, round_s: float = 0.0) -> None:
-        self.costs = Costs(curve, step_s, round_s)
+    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
+        self.costs = Costs(curve, step_s, round_s, overhead_s)
 
     def length(self, bucket=None, cap: int | None = None) -> int:
         """The draft length for this round (0: draft nothing); `cap`: tokens available."""
@@ -236,8 +239,18 @@ class Chooser:
             "max_k": self.max_k,
             "step_ms": None if c is None else round(c.step_s * 1e3, 3),
             "round_ms": None if c is None else round(c.round_s * 1e3, 3),
+            "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
             "alpha": [round(a, 3) for a in self.depths.alphas()],
         }
+
+
+def step_overhead(turns, curve: dict) -> float:
+    """o: the baseline's seconds per decoded token on warm-up TurnResults beyond c(1)."""
+    decoded = sum(max(len(t.output_ids) - 1, 0) for t in turns)
+    if not decoded or not curve:
+        return 0.0
+    spent = sum((t.times_ns["wall"] - t.times_ns.get("ttft", 0)) / 1e9 for t in turns)
+    return max(spent / decoded - curve[min(curve)], 0.0)
 
 
 def draft_costs(turns) -> tuple[float, float]:
@@ -270,8 +283,8 @@ class TreeChooser:
         self.reached = [0.0] * (self.max_depth + 1)
         self.predicted = [0.0] * (self.max_depth + 1)
 
-    def calibrate(self, curve: dict, step_s: float = 0.0, round_s: float = 0.0) -> None:
-        self.costs = Costs(curve, step_s, round_s)
+    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
+        self.costs = Costs(curve, step_s, round_s, overhead_s)
 
     def lam(self, depth: int) -> float:
         d = min(depth, self.max_depth)
@@ -324,6 +337,7 @@ class TreeChooser:
             "max_nodes": self.max_nodes,
             "step_ms": None if c is None else round(c.step_s * 1e3, 3),
             "round_ms": None if c is None else round(c.round_s * 1e3, 3),
+            "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
             "lambda": [round(self.lam(d), 3) for d in range(1, self.max_depth + 1)],
         }
 
@@ -348,8 +362,8 @@ class NodeRates:
         n = len(self.parents)
         self.verified, self.accepted = [0.0] * n, [0.0] * n
 
-    def calibrate(self, curve: dict, step_s: float = 0.0, round_s: float = 0.0) -> None:
-        self.costs = Costs(curve, step_s, round_s)
+    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
+        self.costs = Costs(curve, step_s, round_s, overhead_s)
 
     def estimates(self) -> list[float]:
         w, out = PRIOR_WEIGHT, []

@@ -133,10 +133,11 @@ class Method:
         index): allocated inside the turn, so already in its peak delta; reported, not added."""
         return 0
 
-    def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0)) -> bool:
-        """The run's cost curve, timed after warm-up ({q: seconds}), and the drafter's measured
-        (seconds per step, seconds per round) on the warm-up turns: a method that sizes its
-        draft from them re-chooses here; → True when a fixed choice changed."""
+    def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0, 0.0)) -> bool:
+        """The run's cost curve, timed after warm-up ({q: seconds}), and what the warm-up turns
+        measured: the drafter's (seconds per step, seconds per round) and the loop's overhead
+        per round beyond c(1): a method that sizes its draft from them re-chooses here; → True
+        when a fixed choice changed."""
         if self.auto is not None:  # rates start again from the prior for the measured turns
             self.auto.calibrate(costs, *drafting)
             self.auto.reset()

@@ -179,7 +179,7 @@ class Eagle(TreeMethod):
         self.depth = min(self.asked_depth, self.total_tokens)
         self.info.update(depth=self.depth, total_tokens=self.total_tokens)
 
-    def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0)) -> bool:
+    def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0, 0.0)) -> bool:
         if self.auto is not None:
             self.auto.calibrate(costs, *drafting)
             self.auto.max_nodes = min(self.auto.max_nodes, self.total_tokens)

@@ -138,8 +138,8 @@ class Sam(TreeMethod):
         if self.static:
             state.aux["static_match"] = self.static.match(prompt)
 
-    def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0)) -> bool:
-        super().calibrate(costs, (0.0, drafting[1]))  # its own drafting is a lookup
+    def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0, 0.0)) -> bool:
+        super().calibrate(costs, (0.0, *drafting[1:]))  # its own drafting is a lookup
         return self.fallback.calibrate(costs, drafting) if self.fallback else False
 
     def learn(self, proposal, acc) -> None:

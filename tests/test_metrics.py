@@ -198,6 +198,14 @@ def test_predicted_speedup_is_the_cost_model():
     assert interpolate(costs, 16) == pytest.approx(3.2)  # beyond the curve: proportional
     # τ_round 3 with a 5-token verify (1.3) and 0.2 of a step of drafting per round
     assert predicted_speedup(3.0, 5, 0.2, costs) == pytest.approx(3.0 / 1.5)
+    # each round's own width: the mean of the costs, not the cost of the mean width
+    assert predicted_speedup(3.0, [1, 8], 0.0, costs) == pytest.approx(3.0 / 1.3)
+    # a real step 0.5 above c(1), paid every round; then whole turns with a 4-step first token
+    step = 3.0 * 1.5 / (1.3 + 0.5 + 0.2)
+    assert predicted_speedup(3.0, 5, 0.2, costs, base_step=1.5) == pytest.approx(step)
+    whole = (4 + 10 * 1.5) / (4 + 10 * 1.5 / step)
+    got = predicted_speedup(3.0, 5, 0.2, costs, base_step=1.5, first=4, decode=10)
+    assert got == pytest.approx(whole)
 
 
 def test_category_rows_for_a_task_spanning_categories():
