@@ -13,14 +13,17 @@ measured on the run's warm-up turns (`calibrate`), never assumed. The round emit
 
 tokens in expectation, α_j the conditional acceptance at depth j (x_j accepted given x_1..x_{j−1}
 were), kept per context bucket (n-gram methods: the match length) from the run's own rounds,
-shrunk towards the pooled rate and a prior while a bucket has few rounds. The round drafts
+shrunk towards the pooled rate and a prior while a bucket has few rounds, every count fading by
+DECAY per round so the rates follow the text at hand. The round drafts
 k* = argmax_{0 ≤ k ≤ max_k} E(k)/T(k); k* = 0 is a plain step. A run that stays at 0 for
 `PROBE_EVERY` rounds drafts k* over k ≥ 1 once, so its rates keep being measured.
 
 Trees score nodes instead: a node's reach probability ŝ (its path's draft probability, times a
 per-depth calibration λ_depth fitted from the accepted paths), and the round keeps the n best
 (a prefix-closed choice) maximising (1 + Σ ŝ)/T(n). Learned drafters stop extending early when the
-next step's expected gain (its reach times its calibrated confidence) cannot raise E/T.
+next step's expected gain (its reach times its calibrated confidence) cannot raise E/T, and a tree
+drafter skips drafting (a plain round) while its recent rounds' expected gain is below a plain
+step's, drafting again after PROBE_EVERY such rounds.
 
 The choice for a round reads only earlier rounds and this round's draft, never the target's
 verdict on it, so every accept rule stays lossless (tests/test_adaptive.py checks the law at T=1).
@@ -35,8 +38,17 @@ from pathlib import Path
 AUTO = "auto"  # the value of k that turns the policy on
 PRIOR = 0.5  # conditional acceptance per depth before a run has rounds (a drafter may pass its own)
 PROBE_EVERY = 8  # plain rounds in a row after which one round drafts again (keeps α measured)
+DECAY = 0.98  # per recorded round: counts fade over ~50 rounds, so rates follow the text at hand
 PRIOR_WEIGHT = 2.0  # pseudo-rounds behind the prior (and behind the pooled rate, for a bucket)
+GAIN_START = 1.1  # a learned tree drafter's running gain before its first round: it drafts
+GAIN_MEAN = 0.8  # weight of the past in that running mean (about five rounds)
 BINS = 10  # confidence bins of a learned drafter's calibration
+
+
+def fade(counts: list[float]) -> None:
+    """Age running counts by one round (DECAY), in place."""
+    for i in range(len(counts)):
+        counts[i] *= DECAY
 
 
 def trained_prior(directory) -> list[float] | float:
@@ -92,6 +104,8 @@ class Depths:
         if bucket is not None:
             rows.append(self.buckets.setdefault(bucket, ([0.0] * self.max_k, [0.0] * self.max_k)))
         for reached, acc in rows:
+            fade(reached)
+            fade(acc)
             for i in range(min(accepted + 1, drafted, self.max_k)):
                 reached[i] += 1
                 if i < accepted:
@@ -159,6 +173,8 @@ class Confidence:
         return (self.acc[b] + PRIOR_WEIGHT * prior) / (self.reached[b] + PRIOR_WEIGHT)
 
     def record(self, confs: list[float], accepted: int) -> None:
+        fade(self.reached)
+        fade(self.acc)
         for i, p in enumerate(confs[: accepted + 1]):
             b = self._bin(p)
             self.reached[b] += 1
@@ -264,6 +280,27 @@ def draft_costs(turns) -> tuple[float, float]:
     return 0.0, draft / max(rounds, 1)
 
 
+class Gain:
+    """Whether a learned drafter should draft at all this round (before its first step): the
+    recent drafted rounds' expected tokens per second over a plain step's, a running mean;
+    below 1, rounds are plain until PROBE_EVERY of them have passed."""
+
+    def __init__(self):
+        self.gain, self.plain_run = GAIN_START, 0
+
+    def skip(self) -> bool:
+        if self.gain >= 1.0 or self.plain_run >= PROBE_EVERY:
+            self.plain_run = 0
+            return False
+        self.plain_run += 1
+        return True
+
+    def note(self, est_sorted: list[float], n: int, steps: int, costs: Costs) -> None:
+        """A drafted round's expected gain: (1 + Σ_{i<n} ŝ_i)/T(n) ÷ 1/T(0)."""
+        g = (1.0 + sum(est_sorted[:n])) / costs.round(n, steps) * costs.round(0, 0)
+        self.gain = GAIN_MEAN * self.gain + (1 - GAIN_MEAN) * g
+
+
 class TreeChooser:
     """k=auto for a scored draft (a tree, or a chain whose nodes carry probabilities): how many
     of the best nodes to verify, and (learned drafters) whether to draft one more depth.
@@ -282,6 +319,13 @@ class TreeChooser:
     def reset(self) -> None:
         self.reached = [0.0] * (self.max_depth + 1)
         self.predicted = [0.0] * (self.max_depth + 1)
+        self.gains = Gain()
+
+    def skip(self) -> bool:
+        return self.gains.skip()
+
+    def note(self, est_sorted: list[float], n: int, steps: int) -> None:
+        self.gains.note(est_sorted, n, steps, self.costs)
 
     def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
         self.costs = Costs(curve, step_s, round_s, overhead_s)
@@ -325,6 +369,8 @@ class TreeChooser:
         if proposal.reach is None or not len(proposal.tokens):
             return
         depth = proposal.layout.depth
+        fade(self.predicted)
+        fade(self.reached)
         for i, r in enumerate(proposal.reach[: proposal.n_draft]):
             d = min(int(depth[i + 1]), self.max_depth)
             self.predicted[d] += r
@@ -339,6 +385,7 @@ class TreeChooser:
             "round_ms": None if c is None else round(c.round_s * 1e3, 3),
             "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
             "lambda": [round(self.lam(d), 3) for d in range(1, self.max_depth + 1)],
+            "gain": round(self.gains.gain, 3),
         }
 
 
@@ -361,6 +408,10 @@ class NodeRates:
     def reset(self) -> None:
         n = len(self.parents)
         self.verified, self.accepted = [0.0] * n, [0.0] * n
+        self.gains = Gain()
+
+    def skip(self) -> bool:
+        return self.gains.skip()
 
     def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
         self.costs = Costs(curve, step_s, round_s, overhead_s)
@@ -378,7 +429,9 @@ class NodeRates:
         est = self.estimates()
         ids = range(len(est)) if allowed is None else allowed
         order = sorted(ids, key=lambda i: (-est[i], self.depth[i], i))[: self.max_nodes]
-        n = best_prefix([est[i] for i in order], self.costs, steps)
+        ranked = [est[i] for i in order]
+        n = best_prefix(ranked, self.costs, steps)
+        self.gains.note(ranked, n, steps, self.costs)
         return sorted(order[:n])
 
     def learn(self, proposal, acc) -> None:
@@ -386,6 +439,8 @@ class NodeRates:
         if nodes is None:
             return
         path = set(acc.seen[0]) if acc.seen else set()
+        fade(self.verified)
+        fade(self.accepted)
         for j, t in enumerate(nodes):
             self.verified[t] += 1
             if j in path:

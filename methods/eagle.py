@@ -304,6 +304,11 @@ class Eagle(TreeMethod):
         (methods.adaptive.TreeChooser). Every node's ŝ comes from the draft alone."""
         head, cache, auto = self.head, state.aux["head_cache"], self.auto
         dev = state.ids.device
+        if auto.skip():  # a plain round; the head reads the pending features next time
+            empty = state.ids.new_empty(0)
+            return TreeProposal(
+                tokens=empty, layout=TreeLayout.from_parents([]), chosen=0, reach=[]
+            )
         n = state.length
         feat = state.aux.pop("pending")
         p0 = len(cache)
@@ -357,7 +362,9 @@ class Eagle(TreeMethod):
         all_est, all_score = torch.cat(est), torch.cat(score)
         # best ŝ first, ties by creation order: a parent (never below its child) comes first
         order = torch.sort(-all_est, stable=True).indices[: auto.max_nodes]
-        keep_n = auto.size(all_est[order].tolist(), steps)
+        ranked = all_est[order].tolist()
+        keep_n = auto.size(ranked, steps)
+        auto.note(ranked, keep_n, steps)
         keep = sorted(order[:keep_n].tolist())
         index = {j: i for i, j in enumerate(keep)}
         parents = [index[all_par[j]] if all_par[j] >= 0 else -1 for j in keep]

@@ -144,6 +144,13 @@ class Medusa(TreeMethod):
         return out.logits[0, -1]
 
     def draft(self, state) -> TreeProposal:
+        if self.auto is not None and self.auto.skip():  # a plain round: the heads cost a step
+            return TreeProposal(
+                tokens=state.ids.new_empty(0),
+                layout=TreeLayout.from_parents([]),
+                chosen=0,
+                nodes=[],
+            )
         # head d's logits at h predict the token d + 1 places below the root
         if self.heads.own is None:
             logits = self.vocab.logits(self.heads.features(state.aux["hidden"]))  # (heads, V')

@@ -65,8 +65,33 @@ def test_depth_rates_are_conditional_and_kept_per_bucket():
     assert a3[0] > 0.95 and a3[1] > 0.95 and a3[2] < 0.05
     assert a3[3] == pytest.approx(d.alphas()[3], abs=1e-9)  # depth 4 never reached: pooled
     assert a1[0] < 0.05
-    # a bucket with no rounds reads the pooled rates (half the rounds accepted token 1)
-    assert d.alphas(7)[0] == pytest.approx((200 + 1) / (400 + 2))
+    # a bucket with no rounds reads the pooled rates
+    assert d.alphas(7) == pytest.approx(d.alphas())
+
+
+def test_rates_follow_the_recent_rounds():
+    d = adaptive.Depths(2, prior=0.5)
+    for _ in range(300):
+        d.record(None, drafted=2, accepted=2)
+    assert d.alphas()[0] > 0.95
+    for _ in range(150):  # the text changed: nothing is accepted any more
+        d.record(None, drafted=2, accepted=0)
+    assert d.alphas()[0] < 0.1
+
+
+def test_a_learned_tree_drafter_skips_rounds_that_do_not_pay():
+    g = adaptive.Gain()
+    assert not g.skip()  # optimistic at first: it drafts
+    costs = adaptive.Costs(CPU, step_s=0.004)
+    for _ in range(20):  # rounds whose best tree barely adds anything over their cost
+        g.note([0.01, 0.01], 2, 3, costs)
+    assert g.gain < 1
+    plain = [g.skip() for _ in range(2 * adaptive.PROBE_EVERY + 2)]
+    assert plain[: adaptive.PROBE_EVERY] == [True] * adaptive.PROBE_EVERY
+    assert plain[adaptive.PROBE_EVERY] is False  # a probe drafts, and measures again
+    for _ in range(20):
+        g.note([0.9, 0.8, 0.7], 3, 1, costs)
+    assert not g.skip()
 
 
 def test_a_run_of_plain_rounds_probes_again():
