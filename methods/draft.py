@@ -82,61 +82,37 @@ class Draft(Method):
         self.model.forward(state.tokens[None], state.aux["draft_cache"], logits_to_keep=1)
 
     def draft(self, state) -> Proposal:
-        if self.auto is not None:
-            return self.draft_auto(state)
+        """k tokens, one draft forward each; with k=auto the planned length from the rates by
+        depth, cut short when the draft's top probability (read before its token is drawn, so
+        the law of what is drafted is q's) says one more token cannot raise expected tokens per
+        second."""
+        auto, dev = self.auto, state.ids.device
+        k = self.k if auto is None else auto.length()
         cache = state.aux["draft_cache"]
         inp = state.tokens[cache.length :][None]  # committed tokens the draft has not consumed
-        sp, drafted, qs = state.sampling, [], []
-        for _ in range(self.k):
-            out = self.model.forward(inp, cache, logits_to_keep=1)
-            if sp.greedy and self.d2t is not None:  # argmax in the draft's own vocabulary
-                x = int(self.d2t[out.logits[0, -1].argmax()])
-            elif sp.greedy:
-                x = int(self._logits(out).argmax())
-            else:
-                q = probs(self._logits(out), sp)
-                x = sample(q, state.generator)
-                qs.append(q)
-            drafted.append(x)
-            inp = torch.tensor([[x]], device=state.ids.device)
-        tokens = torch.tensor(drafted, dtype=torch.long, device=state.ids.device)
-        return Proposal(tokens=tokens, q=torch.stack(qs) if qs else None, steps=self.k)
-
-    def draft_auto(self, state) -> Proposal:
-        """k=auto: the planned length from the rates by depth, cut short when the draft's top
-        probability (read before its token is drawn, so the law of what is drafted is q's) says
-        one more token cannot raise expected tokens per second."""
-        auto, dev = self.auto, state.ids.device
-        k = auto.length()
-        if k == 0:
-            return Proposal(tokens=state.ids.new_empty(0), chosen=0)
-        cache = state.aux["draft_cache"]
-        inp = state.tokens[cache.length :][None]
         sp, drafted, qs, confs = state.sampling, [], [], []
         e = reach = 1.0
         steps = 0
         for _ in range(k):
             out = self.model.forward(inp, cache, logits_to_keep=1)
             steps += 1
-            if sp.greedy and self.d2t is not None:
-                lg = out.logits[0, -1]
-                q = None
-            else:
-                q = probs(self._logits(out), sp) if not sp.greedy else None
-                lg = self._logits(out) if sp.greedy else None
-            conf = float(q.max()) if q is not None else float(torch.softmax(lg.float(), -1).max())
-            if not auto.keep_going(e, reach, len(drafted), conf):
-                break
-            reach *= auto.rate(conf, len(drafted))
-            e += reach
-            confs.append(conf)
+            own = sp.greedy and self.d2t is not None  # argmax in the draft's own vocabulary
+            lg = out.logits[0, -1] if own else self._logits(out)
+            q = None if sp.greedy else probs(lg, sp)
+            if auto is not None:
+                conf = (
+                    float(q.max()) if q is not None else float(torch.softmax(lg.float(), -1).max())
+                )
+                if not auto.keep_going(e, reach, len(drafted), conf):
+                    break
+                reach *= auto.rate(conf, len(drafted))
+                e += reach
+                confs.append(conf)
             if q is not None:
                 x = sample(q, state.generator)
                 qs.append(q)
-            elif self.d2t is not None:
-                x = int(self.d2t[lg.argmax()])
             else:
-                x = int(lg.argmax())
+                x = int(self.d2t[lg.argmax()]) if own else int(lg.argmax())
             drafted.append(x)
             inp = torch.tensor([[x]], device=dev)
         tokens = torch.tensor(drafted, dtype=torch.long, device=dev)
@@ -144,8 +120,8 @@ class Draft(Method):
             tokens=tokens,
             q=torch.stack(qs) if qs else None,
             steps=steps,
-            chosen=len(drafted),
-            confs=confs,
+            chosen=None if auto is None else len(drafted),
+            confs=confs if auto is not None else None,
         )
 
     def observe(self, state, proposal, acc) -> None:
