@@ -105,19 +105,24 @@ class Runner:
     def max_new(self, prompt: Prompt) -> int:
         return lifecycle.max_new(self.cfg, prompt)
 
-    def warmup(self) -> list:
+    def warm_pass(self, turns: dict) -> None:
+        """One untimed short conversation of each side (the first prompt's first turn, 16
+        tokens at most), its TurnResults appended to turns[role]."""
+        p = self.prompts[0]
+        short = Prompt(p.id, p.task, p.category, p.turns[:1], max_new_tokens=16)
+        for role, m in (("baseline", self.baseline), ("method", self.method)):
+            conv = self.conversation(m, short, min(16, self.max_new(p)))
+            turns[role] += [res for _, res, _, _ in conv]
+
+    def warmup(self) -> dict:
         """Untimed generations of both sides; with model.compile, the graphs are built here and
         the time it took is reported as compile_s, apart from every measurement. → the warm-up
         TurnResults {role: [...]} (k=auto reads its costs from them)."""
-        p = self.prompts[0]
-        short = Prompt(p.id, p.task, p.category, p.turns[:1], max_new_tokens=16)
         t0 = time.perf_counter()
         rounds = max(int(self.cfg.warmup), 1 if getattr(self.target, "compiled", False) else 0)
         turns = {"baseline": [], "method": []}
         for _ in range(rounds):
-            for role, m in (("baseline", self.baseline), ("method", self.method)):
-                conv = self.conversation(m, short, min(16, self.max_new(p)))
-                turns[role] += [res for _, res, _, _ in conv]
+            self.warm_pass(turns)
         if getattr(self.target, "compiled", False):
             self.choice["compile_s"] = round(time.perf_counter() - t0, 1)
             self.graphs = self.target.graphs()
@@ -125,15 +130,12 @@ class Runner:
 
     def drafting_cost(self, warm: dict) -> tuple[float, float, float]:
         """k=auto: the drafter's (seconds per step, seconds per round) and the loop's per-round
-        overhead beyond c(1), measured on warm turns (one untimed turn of each side when
+        overhead beyond c(1), measured on warm turns (one untimed pass of each side when
         warmup=0): never assumed."""
         if self.method.auto is None:
             return 0.0, 0.0, 0.0
         if not warm["method"]:
-            p = self.prompts[0]
-            short = Prompt(p.id, p.task, p.category, p.turns[:1], max_new_tokens=16)
-            for role, m in (("baseline", self.baseline), ("method", self.method)):
-                warm[role] = [res for _, res, _, _ in self.conversation(m, short, 16)]
+            self.warm_pass(warm)
         step_s, round_s = adaptive.draft_costs(warm["method"])
         return step_s, round_s, adaptive.step_overhead(warm["baseline"], self.cost_curve)
 
