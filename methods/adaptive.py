@@ -88,6 +88,31 @@ class Costs:
         return self.verify(tokens + 1) + steps * self.step_s + self.round_s + self.overhead_s
 
 
+class Policy:
+    """What every k=auto policy shares: the run's costs, set by `calibrate`, and their summary."""
+
+    costs: Costs | None = None
+
+    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
+        self.costs = Costs(curve, step_s, round_s, overhead_s)
+
+    def cost_summary(self) -> dict:
+        c = self.costs
+        return {
+            "step_ms": None if c is None else round(c.step_s * 1e3, 3),
+            "round_ms": None if c is None else round(c.round_s * 1e3, 3),
+            "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
+        }
+
+
+def depths_of(parents: list[int]) -> list[int]:
+    """Each node's depth (1: a child of the root), parents listed before their children."""
+    out: list[int] = []
+    for p in parents:
+        out.append(1 if p < 0 else out[p] + 1)
+    return out
+
+
 class Depths:
     """Conditional acceptance by depth, per bucket: counts of rounds that reached depth i with a
     drafted token there, and of those that accepted it."""
@@ -182,7 +207,7 @@ class Confidence:
                 self.acc[b] += 1
 
 
-class Chooser:
+class Chooser(Policy):
     """One method's k=auto state: its costs, rates and the lengths it chose.
 
     ch = Chooser(max_k=8, steps_per_token=0)       # a lookup method
@@ -196,7 +221,6 @@ class Chooser:
         self.depths = Depths(max_k, prior)
         self.conf = Confidence()
         self.prior = prior
-        self.costs: Costs | None = None
         self.plain_run, self.probing = 0, False
 
     def reset(self) -> None:
@@ -204,9 +228,6 @@ class Chooser:
         self.depths = Depths(self.depths.max_k, self.prior)
         self.conf = Confidence()
         self.plain_run, self.probing = 0, False
-
-    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
-        self.costs = Costs(curve, step_s, round_s, overhead_s)
 
     def length(self, bucket=None, cap: int | None = None) -> int:
         """The draft length for this round (0: draft nothing); `cap`: tokens available."""
@@ -250,12 +271,9 @@ class Chooser:
                 self.conf.record(confs, accepted)
 
     def summary(self) -> dict:
-        c = self.costs
         return {
             "max_k": self.max_k,
-            "step_ms": None if c is None else round(c.step_s * 1e3, 3),
-            "round_ms": None if c is None else round(c.round_s * 1e3, 3),
-            "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
+            **self.cost_summary(),
             "alpha": [round(a, 3) for a in self.depths.alphas()],
         }
 
@@ -301,7 +319,7 @@ class Gain:
         self.gain = GAIN_MEAN * self.gain + (1 - GAIN_MEAN) * g
 
 
-class TreeChooser:
+class TreeChooser(Policy):
     """k=auto for a scored draft (a tree, or a chain whose nodes carry probabilities): how many
     of the best nodes to verify, and (learned drafters) whether to draft one more depth.
 
@@ -313,7 +331,6 @@ class TreeChooser:
 
     def __init__(self, max_nodes: int, max_depth: int):
         self.max_nodes, self.max_depth = max_nodes, max_depth
-        self.costs: Costs | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -326,9 +343,6 @@ class TreeChooser:
 
     def note(self, est_sorted: list[float], n: int, steps: int) -> None:
         self.gains.note(est_sorted, n, steps, self.costs)
-
-    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
-        self.costs = Costs(curve, step_s, round_s, overhead_s)
 
     def lam(self, depth: int) -> float:
         d = min(depth, self.max_depth)
@@ -378,18 +392,15 @@ class TreeChooser:
             self.reached[d] += 1
 
     def summary(self) -> dict:
-        c = self.costs
         return {
             "max_nodes": self.max_nodes,
-            "step_ms": None if c is None else round(c.step_s * 1e3, 3),
-            "round_ms": None if c is None else round(c.round_s * 1e3, 3),
-            "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
+            **self.cost_summary(),
             "lambda": [round(self.lam(d), 3) for d in range(1, self.max_depth + 1)],
             "gain": round(self.gains.gain, 3),
         }
 
 
-class NodeRates:
+class NodeRates(Policy):
     """k=auto for a fixed tree template (Medusa's, Token Recycling's): each round verifies the
     template's best n nodes, n maximising (1 + Σ ŝ)/T(n), a node's ŝ its measured share of
     the rounds that verified it in which the accepted path went through it (prior PRIOR^depth,
@@ -397,12 +408,9 @@ class NodeRates:
 
     def __init__(self, parents: list[int], max_nodes: int, prior: float = PRIOR):
         self.parents = list(parents)
-        self.depth = []
-        for p in self.parents:
-            self.depth.append(1 if p < 0 else self.depth[p] + 1)
+        self.depth = depths_of(self.parents)
         self.prior = [prior**d for d in self.depth]
         self.max_nodes = max_nodes
-        self.costs: Costs | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -412,9 +420,6 @@ class NodeRates:
 
     def skip(self) -> bool:
         return self.gains.skip()
-
-    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
-        self.costs = Costs(curve, step_s, round_s, overhead_s)
 
     def estimates(self) -> list[float]:
         w, out = PRIOR_WEIGHT, []
@@ -447,7 +452,7 @@ class NodeRates:
                 self.accepted[t] += 1
 
     def summary(self) -> dict:
-        return {"max_nodes": self.max_nodes, "nodes": len(self.parents)}
+        return {"max_nodes": self.max_nodes, "nodes": len(self.parents), **self.cost_summary()}
 
 
 def subtree(parents: list[int], keep: list[int]) -> list[int]:

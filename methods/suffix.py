@@ -286,15 +286,11 @@ class Suffix(TreeMethod):
 
     def _auto(self, best: Draft, device) -> TreeProposal:
         """k=auto: the n best nodes by calibrated probability, n maximising (1 + Σ ŝ)/T(n)."""
-        depths = []
-        for p in best.parents:
-            depths.append(1 if p < 0 else depths[p] + 1)
-        est = self.auto.calibrated(best.probs, best.parents, depths)
+        est = self.auto.calibrated(best.probs, best.parents, adaptive.depths_of(best.parents))
         order = self.auto.order(est)
         n = self.auto.size([est[i] for i in order], 0)
         keep = sorted(order[:n])
-        index = {j: i for i, j in enumerate(keep)}
-        parents = [index[best.parents[j]] if best.parents[j] >= 0 else -1 for j in keep]
+        parents = adaptive.subtree(best.parents, keep)
         tokens = torch.tensor([best.tokens[j] for j in keep], dtype=torch.long, device=device)
         return TreeProposal(
             tokens=tokens,
