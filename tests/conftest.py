@@ -102,6 +102,17 @@ def tiny_target_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def cut_draft_dir(tiny_target_dir, tmp_path_factory):
+    """The tiny target's first layer alone: a draft that agrees with the target in part."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_target_dir)
+    model.model.layers = model.model.layers[:1]
+    model.config.num_hidden_layers = 1
+    return save_with_tokenizer(model, tmp_path_factory.mktemp("cut_draft"))
+
+
+@pytest.fixture(scope="session")
 def tiny_draft_dir(tmp_path_factory) -> Path:
     return save_tiny(tmp_path_factory.mktemp("draft"), seed=1, layers=1)
 

@@ -281,17 +281,6 @@ def test_fixed_k_still_drafts_up_to_k(tiny_target_dir, tmp_path):
     assert str(summary.k.iloc[0]) == "3"
 
 
-@pytest.fixture(scope="module")
-def cut_draft_dir(tiny_target_dir, tmp_path_factory):
-    from conftest import save_with_tokenizer
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_target_dir)
-    model.model.layers = model.model.layers[:1]
-    model.config.num_hidden_layers = 1
-    return save_with_tokenizer(model, tmp_path_factory.mktemp("cut_draft"))
-
-
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("name", ["draft", "suffix"])
 def test_auto_keeps_the_law_at_temperature_one(name, tiny_target_dir, cut_draft_dir, tmp_path):

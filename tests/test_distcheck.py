@@ -13,7 +13,7 @@ import random
 
 import pytest
 import torch
-from conftest import compose, save_with_tokenizer
+from conftest import compose
 from helpers import make_ctx, method, prompts
 
 from bench.distcheck import END, bonferroni, two_sample_pvalue
@@ -45,17 +45,6 @@ def tiny_run(target, out, *extra):
         f"out={out}",
         *extra,
     ]
-
-
-@pytest.fixture(scope="module")
-def cut_draft_dir(tiny_target_dir, tmp_path_factory):
-    """The tiny target's first layer alone: a draft that agrees with the target in part."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_target_dir)
-    model.model.layers = model.model.layers[:1]
-    model.config.num_hidden_layers = 1
-    return save_with_tokenizer(model, tmp_path_factory.mktemp("cut_draft"))
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # many small ops: a second thread only waits
