@@ -10,6 +10,9 @@ measures. One simulated gate run:
     s_now  = sd of n draws from the ar pool (the new run's own AR-against-AR cell)
     fails  = rules.fails_speedup(D, n, s_now, s_base, tol)        s_base: the recorded ar cell's
 
+    (with the machine-wide part taken out, rules.common_part over M methods: D also carries
+    the median's noise, N(0, (widen² − 1)·var D), and the threshold's SE is widened alike)
+
 so `rate(slowdown=0.15)` is the detection rate of a 15% drop in end-to-end tokens/s and
 `rate(slowdown=0)` the false-alarm rate of an unchanged tree; neither depends on the load of the
 machine the simulation runs on.
@@ -21,7 +24,7 @@ import math
 
 import numpy as np
 
-from bench.gate.rules import fails_speedup, noise_sd
+from bench.gate.rules import fails_speedup, median_widening, noise_sd
 
 
 def noise_pool(units: dict[str, dict]) -> np.ndarray:
@@ -40,6 +43,7 @@ def rate(
     slowdown: float,
     draws: int = 1000,
     seed: int = 0,
+    methods: int = 0,
 ) -> float:
     """Share of `draws` simulated runs that the rule fails (see the module docstring)."""
     rng = np.random.default_rng(seed)
@@ -49,6 +53,16 @@ def rate(
     s_base = noise_sd(ar_units)
     e_now = rng.choice(pool, size=(draws, n))
     e_base = rng.choice(pool, size=(draws, repeats, n)).mean(axis=1)
-    d = (e_now - e_base).mean(axis=1) + math.log(1 - slowdown)
+    d = (e_now - e_base).mean(axis=1)
+    widen = median_widening(methods)
+    d = d + rng.normal(0, d.std() * math.sqrt(widen**2 - 1), draws) + math.log(1 - slowdown)
     s_now = rng.choice(ar_pool, size=(draws, n)).std(axis=1, ddof=1)
-    return float(np.mean([fails_speedup(d[i], n, s_now[i], s_base, tol) for i in range(draws)]))
+    return float(
+        np.mean([fails_speedup(d[i], n, s_now[i], s_base, tol, widen) for i in range(draws)])
+    )
+
+
+def methods_of(entry: dict) -> int:
+    """M of the machine-wide part for a baseline entry (rules.common_part: 0 below 3)."""
+    m = sum(1 for name in entry["methods"] if name != "ar")
+    return m if m >= 3 else 0

@@ -209,8 +209,9 @@ def power_lines(entry: dict, tol: Tolerances) -> list[str]:
     ar = entry["methods"]["ar"]["units"]
     out = []
     for m, d in entry["methods"].items():
-        caught = power.rate(d["units"], ar, tol.speedup_tol, tol.speedup_tol)
-        false = power.rate(d["units"], ar, tol.speedup_tol, 0.0)
+        k = 0 if m == "ar" else power.methods_of(entry)
+        caught = power.rate(d["units"], ar, tol.speedup_tol, tol.speedup_tol, methods=k)
+        false = power.rate(d["units"], ar, tol.speedup_tol, 0.0, methods=k)
         out.append(
             f"{m}: a {tol.speedup_tol:.0%} slowdown caught in {caught:.1%} of 1,000 simulated "
             f"runs; false alarms {false:.1%}"
