@@ -263,3 +263,34 @@ def test_a_coverage_vocabulary_is_the_fewest_frequent_ids_covering_the_held_out_
     assert ids.tolist() == [0] and cov == 0.0  # the held-out answers hold no 0
     with pytest.raises(Exception, match="vocab_size='lots' is not valid"):
         specs.draft_vocab(seqs, 6, "lots")
+
+
+def test_an_eagle3_head_continues_from_a_saved_head_with_its_vocabulary(
+    data, tiny_target_dir, tmp_path
+):
+    from bench.train.eagle_spec import EagleSpec
+    from groundfloor.errors import UserError
+    from groundfloor.models import load_model
+
+    target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    kw = dict(steps=2, eval_steps=2, batch_size=8, holdout=0.25, base="tiny", layers=[1, 1, -1])
+    torch.manual_seed(0)
+    first = EagleSpec(data, target, "eagle3", vocab_size=5, **kw)
+    loop.train(first, tmp_path / "w1", steps=4, lr=1e-2, warmup=1, ckpt_every=4, eval_every=4)
+    first.save(tmp_path / "head", {})
+    torch.manual_seed(1)  # another seed: a fresh head would start elsewhere
+    again = EagleSpec(data, target, "eagle3", vocab_size=50, init=str(tmp_path / "head"), **kw)
+    assert again.module.d2t.tolist() == first.module.d2t.tolist()  # its vocabulary, not 50 ids
+    assert again.module.training and all(p.requires_grad for p in again.module.parameters())
+    saved = first.module.state_dict()
+    for k, v in again.module.state_dict().items():
+        if k.startswith("rotary."):
+            continue
+        # bfloat16 files (the output layer int8 per row): the saved values, to their rounding
+        assert torch.allclose(v.float(), saved[k].float(), rtol=2e-2, atol=2e-2), k
+    loss0 = loop.held_out_loss(loop.evaluate(again))
+    assert loss0 == pytest.approx(loop.held_out_loss(loop.evaluate(first)), rel=0.05)
+    with pytest.raises(UserError, match="is not a head directory"):
+        EagleSpec(data, target, "eagle3", vocab_size=5, init=str(tmp_path / "nowhere"), **kw)
+    with pytest.raises(UserError, match="is a eagle3 head over target layers"):
+        EagleSpec(data, target, "eagle", vocab_size=None, init=str(tmp_path / "head"), **kw)

@@ -15,6 +15,9 @@ own drafted chain). Losses are weighted 0.8^(j−1).
             outside are left out of the loss and counted as misses)
     eagle3  `steps` unrolled steps in training (the paper's 7), CE over the reduced draft
             vocabulary (labels outside it are left out of the loss and counted as misses)
+With `init` (a head in the published layout, e.g. the shipped one) training continues from that
+head's weights and keeps its draft vocabulary (vocab_size is then not used), so a longer schedule
+on more data can resume from an artifact instead of from random weights.
 With `soft=True` the cross-entropy's target is the target model's own distribution over the
 draft vocabulary at that position (softmax of its output layer's rows for the draft vocabulary
 applied to its final hidden state: a KL to the target, renormalised over the draft vocabulary)
@@ -71,6 +74,7 @@ class EagleSpec(SequenceSpec):
             str(cfg.target),
             d.get("layers"),
             bool(d.soft),
+            d.get("init"),
         )
 
     def __init__(
@@ -86,6 +90,7 @@ class EagleSpec(SequenceSpec):
         base: str,
         layers: list[int] | None = None,
         soft: bool = False,
+        init: str | None = None,
     ):
         self.kind, self.base, self.batch_size, self.soft = kind, base, batch_size, soft
         self.steps, self.eval_steps = steps, max(eval_steps, steps)
@@ -105,10 +110,18 @@ class EagleSpec(SequenceSpec):
         self.coverage = 1.0
         counts = answer_counts(self.seqs["train"], V)
         self.frequent = frequent_ids(counts) if kind == "eagle" else None
-        if kind == "eagle3":
-            d2t, self.coverage = draft_vocab(self.seqs, V, vocab_size or V)
-        cfg = eagle.head_config(target.config, kind)
-        self.module = eagle.EagleHead(cfg, kind, self.layers, d2t).float().attach(target)
+        self.init = str(init) if init else None
+        if self.init:
+            self.module = self.warm_start(Path(self.init), target, kind)
+            d2t = self.module.d2t if kind == "eagle3" else None
+            if d2t is not None:
+                held = answer_counts(self.seqs["eval"] or self.seqs["train"], V)
+                self.coverage = float(held[d2t].sum() / held.sum().clamp_min(1))
+        else:
+            if kind == "eagle3":
+                d2t, self.coverage = draft_vocab(self.seqs, V, vocab_size or V)
+            cfg = eagle.head_config(target.config, kind)
+            self.module = eagle.EagleHead(cfg, kind, self.layers, d2t).float().attach(target)
         self.module.embed = self.module.embed.float()
         self.module.out_head = self.module.out_head.float()
         if kind == "eagle":  # cross-entropy over the frequent tokens: V / 8192 times cheaper
@@ -120,6 +133,19 @@ class EagleSpec(SequenceSpec):
             rows = d2t
         out = target.get_output_embeddings().weight.detach().float()
         self.teacher = out if rows is None else out[rows]  # (V_d, H): the target's logit rows
+
+    def warm_start(self, path: Path, target, kind: str) -> eagle.EagleHead:
+        """The head at `path` (published layout), trainable in float32, checked against the
+        spec's kind and target layers."""
+        if not (path / "config.json").exists():
+            raise UserError(f"drafter.init={str(path)!r} is not a head directory (no config.json)")
+        head, _ = eagle.load(path, target, torch.float32)
+        if head.kind != kind or list(head.target_layers) != self.layers:
+            raise UserError(
+                f"drafter.init={str(path)!r} is a {head.kind} head over target layers "
+                f"{head.target_layers}; drafter={kind} here reads layers {self.layers}"
+            )
+        return head.train().requires_grad_(True)
 
     def batches(self, split: str, rng: torch.Generator | None):
         for group in self.groups(split, rng):
@@ -196,6 +222,7 @@ class EagleSpec(SequenceSpec):
                 "train_tokens": self.sizes(),
                 "unrolled_steps": self.steps,
                 "soft_targets": self.soft,
+                **({"init": self.init} if self.init else {}),
                 **({"frequent_ids": self.frequent} if self.frequent else {}),
             },
             # the draft-vocabulary output layer, most of the head's bytes, stored in int8
