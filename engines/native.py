@@ -7,8 +7,11 @@ The source is compiled once per machine kind by torch's C++ extension loader (a 
 cores) into $SPECSWEEP_KERNELS (default ~/.cache/specsweep-kernels), in a folder named by a hash
 of the source, the flags and torch's version, and reused afterwards: a built module is imported
 as it is, so another checkout of the same source (a clean clone, CI) does not rebuild it.
-With AVX2 and FMA it is built vectorized; otherwise as portable C++. Where no compiler is
-available the engine falls back to torch's own int4/int8 kernels, and says so in `describe()`.
+With AVX-512 it is built for AVX-512 (the products' same operations in the same order, two
+halves per instruction: bit-identical to the AVX2 build), with AVX2 and FMA for AVX2, otherwise
+as portable C++; SPECSWEEP_ISA=avx2|portable asks for a narrower build (to compare them on one
+machine). Where no compiler is available the engine falls back to torch's own int4/int8
+kernels, and says so in `describe()`.
 """
 
 from __future__ import annotations
@@ -24,10 +27,28 @@ SOURCE = Path(__file__).parent / "kernels" / "cpu.cpp"
 _STATE: dict = {}
 
 
-def _flags() -> tuple[str, list[str]]:
-    if {"avx2", "fma"} <= cpu_flags():
-        return "avx2", ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
-    return "portable", ["-O3", "-fopenmp"]
+AVX2 = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
+FLAGS = {"avx512": [*AVX2, "-mavx512f"], "avx2": AVX2, "portable": ["-O3", "-fopenmp"]}
+ORDER = ("avx512", "avx2", "portable")  # widest first
+
+
+def supported() -> list[str]:
+    """The builds this CPU runs, widest first."""
+    flags = cpu_flags()
+    ok = {"portable"}
+    if {"avx2", "fma"} <= flags:
+        ok.add("avx2")
+        if "avx512f" in flags:
+            ok.add("avx512")
+    return [k for k in ORDER if k in ok]
+
+
+def _kind() -> str:
+    ask = os.environ.get("SPECSWEEP_ISA")
+    kinds = supported()
+    if ask and ask not in kinds:
+        raise ValueError(f"SPECSWEEP_ISA={ask!r}: this CPU runs {', '.join(kinds)}")
+    return ask or kinds[0]
 
 
 def kernels():
@@ -37,38 +58,43 @@ def kernels():
     if os.environ.get("SPECSWEEP_NATIVE", "1") == "0":
         _STATE.update(mod=None, why="disabled by SPECSWEEP_NATIVE=0")
         return None, _STATE["why"]
-    kind, cflags = _flags()
     try:
-        import torch
-        from torch.utils.cpp_extension import load
-
-        key = hashlib.sha256(
-            SOURCE.read_bytes() + " ".join([kind, *cflags, torch.__version__]).encode()
-        ).hexdigest()[:12]
-        name = f"specsweep_cpu_{kind}_{key}"
-        # its own folder, not under $SPECSWEEP_CACHE (tests point that at temporary folders)
-        build = (
-            Path(os.environ.get("SPECSWEEP_KERNELS", Path.home() / ".cache" / "specsweep-kernels"))
-            / name
-        )
-        built = build / f"{name}.so"
-        if built.exists() and not (build / "lock").exists():
-            mod = _import(name, built)
-        else:
-            build.mkdir(parents=True, exist_ok=True)
-            mod = load(
-                name=name,
-                sources=[str(SOURCE)],
-                extra_cflags=cflags,
-                extra_ldflags=["-fopenmp"],
-                build_directory=str(build),
-                verbose=False,
-            )
+        kind = _kind()
+        mod = build(kind)
         _STATE.update(mod=mod, why=f"built {kind}")
     except Exception as e:  # no compiler, no headers: torch's kernels remain
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         _STATE.update(mod=None, why=f"could not build ({first[:200]})")
     return _STATE["mod"], _STATE["why"]
+
+
+def build(kind: str):
+    """The module built for `kind` (one of FLAGS), compiled on first use and reused after."""
+    import torch
+    from torch.utils.cpp_extension import load
+
+    cflags = FLAGS[kind]
+    key = hashlib.sha256(
+        SOURCE.read_bytes() + " ".join([kind, *cflags, torch.__version__]).encode()
+    ).hexdigest()[:12]
+    name = f"specsweep_cpu_{kind}_{key}"
+    # its own folder, not under $SPECSWEEP_CACHE (tests point that at temporary folders)
+    folder = (
+        Path(os.environ.get("SPECSWEEP_KERNELS", Path.home() / ".cache" / "specsweep-kernels"))
+        / name
+    )
+    built = folder / f"{name}.so"
+    if built.exists() and not (folder / "lock").exists():
+        return _import(name, built)
+    folder.mkdir(parents=True, exist_ok=True)
+    return load(
+        name=name,
+        sources=[str(SOURCE)],
+        extra_cflags=cflags,
+        extra_ldflags=["-fopenmp"],
+        build_directory=str(folder),
+        verbose=False,
+    )
 
 
 def _import(name: str, path: Path):

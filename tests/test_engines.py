@@ -335,3 +335,37 @@ def test_quantized_lean_matches_a_float_forward_over_its_own_values(
     a = q.forward(ids, q.new_cache(32)).logits
     b = ref.forward(ids, ref.new_cache(32)).logits
     assert close(a, b, 1e-5 if kernel == "native" else 0.03)  # native: float32 throughout
+
+
+@pytest.mark.slow
+def test_the_avx512_kernels_equal_the_avx2_build_bit_for_bit():
+    """The AVX-512 build does the same fmas in the same order, two halves at a time: every
+    product, norm and rotary equals the AVX2 build's exactly, for any batch (1-33 rows, a tile
+    remainder of output rows), so a gate recorded on one CPU holds on the other."""
+    from engines import native
+
+    if "avx512" not in native.supported():
+        pytest.skip("this CPU has no AVX-512")
+    wide, narrow = native.build("avx512"), native.build("avx2")
+    assert wide.isa() == "avx512" and narrow.isa() == "avx2"
+    g = torch.Generator().manual_seed(5)
+    for n, k in ((12, 64), (7, 96), (37, 160)):
+        q = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
+        blocks = q.view(n, k // 32, 32)
+        nib = (blocks[..., :16] | (blocks[..., 16:] << 4)).reshape(n, k // 2).contiguous()
+        scale = torch.rand(n, k // 32, generator=g) * 0.1 + 0.01
+        offset = torch.randn(n, k // 32, generator=g) * 0.1
+        q8 = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+        for m in (1, 2, 3, 4, 5, 8, 9, 16, 17, 33):
+            x = torch.randn(m, k, generator=g)
+            a, b = wide.q4_linear(x, nib, scale, offset), narrow.q4_linear(x, nib, scale, offset)
+            assert torch.equal(a, b), (n, k, m)
+            assert torch.equal(wide.q8_linear(x, q8, scale), narrow.q8_linear(x, q8, scale))
+            assert torch.equal(a[-1:], wide.q4_linear(x[-1:], nib, scale, offset))
+    x, w = torch.randn(5, 576, generator=g), torch.randn(576, generator=g)
+    assert torch.equal(wide.rms_norm(x, w, 1e-5), narrow.rms_norm(x, w, 1e-5))
+    cos, sin = torch.randn(5, 64, generator=g), torch.randn(5, 64, generator=g)
+    xa, xb = x[:, :192].contiguous(), x[:, :192].contiguous()
+    wide.rope_(xa, 3, 64, cos, sin)
+    narrow.rope_(xb, 3, 64, cos, sin)
+    assert torch.equal(xa, xb)
