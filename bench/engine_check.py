@@ -10,7 +10,11 @@ rotates per prompt and repeat), warm-up outside the clock, medians:
   * greedy agreement of each configuration with `hf` in the same dtype;
   * the memory read bandwidth measured here and each configuration's roofline: the bytes one
     decoding step reads (its weights, without the embedding table) ÷ bandwidth;
-  * the verify cost curve c(q)/c(1), q = 1…64, per configuration (engines.probe).
+  * the verify cost curve c(q)/c(1), q = 1…64, per configuration (engines.probe);
+  * llama.cpp on the same GGUF file and token ids, when `make install-llamacpp` put it in its
+    venv (bench/llamacpp_peer.py: a worker process, interleaved like the other sides): its
+    tokens/s and time per output token (TPOT: the one-token steps after the first token) beside
+    ours.
 A configuration is engine:weights[:dtype][:compile]; dtype defaults to the weights' own float
 type (float32 for int8/int4 activations outside the kernels).
 """
@@ -24,11 +28,12 @@ import time
 
 import torch
 
+from bench import llamacpp_peer
 from bench.loop import generate
 from engines import probe
 from engines.load import load
 from groundfloor.clock import Clock
-from groundfloor.models import load_tokenizer, resolve_device
+from groundfloor.models import embedded_gguf, load_tokenizer, resolve_device
 from groundfloor.prompting import encode
 from groundfloor.sampling import SamplingParams
 from methods.registry import Context, build_method
@@ -88,6 +93,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-curve", action="store_true", help="skip the c(q) curves")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
+    ap.add_argument(
+        "--llamacpp",
+        choices=("auto", "off"),
+        default="auto",
+        help="llama.cpp on the same GGUF beside ours (auto: when make install-llamacpp ran)",
+    )
     a = ap.parse_args(argv)
 
     device = resolve_device(a.device)
@@ -115,6 +126,10 @@ def main(argv=None) -> dict:
         if c["engine"] == "hf" and not c["compile"]
     }
     sides = [("ours", lbl) for lbl in engines] + [("generate", d) for d in gen_models]
+    peer = start_peer(a.model, a.llamacpp)
+    if peer is not None:
+        sides.append(("llamacpp", peer.version))
+    tpot = {s: [] for s in sides}  # seconds per output token after the first, per prompt
     ars = {
         lbl: build_method("ar", Context(e, tok, device, e.dtype, None))
         for lbl, (e, _) in engines.items()
@@ -122,25 +137,37 @@ def main(argv=None) -> dict:
     for kind, key in sides:  # warm-up (and compile) outside the clock
         if kind == "ours":
             generate(ars[key], inputs[0], 8, greedy, set(), clock, device=device)
+        elif kind == "llamacpp":
+            peer.decode(inputs[0], 8)
         else:
             hf_generate(gen_models[key], inputs[0], 8, device)
     times = {s: [] for s in sides}
     outs = {s: [] for s in sides}
     for i, ids in enumerate(inputs):
-        per, last = {s: [] for s in sides}, {}
+        per, per_tpot, last = {s: [] for s in sides}, {s: [] for s in sides}, {}
         for r in range(a.repeats):
             shift = (i * a.repeats + r) % len(sides)
             for s in sides[shift:] + sides[:shift]:
                 if s[0] == "ours":
                     res = generate(ars[s[1]], ids, a.tokens, greedy, set(), clock, device=device)
-                    per[s].append(res.times_ns["wall"] / 1e9)
+                    wall = res.times_ns["wall"] / 1e9
+                    per[s].append(wall)
+                    per_tpot[s].append((wall - res.times_ns["ttft"] / 1e9) / (a.tokens - 1))
                     last[s] = res.output_ids
+                elif s[0] == "llamacpp":
+                    last[s], t_prefill, t_decode = peer.decode(ids, a.tokens)
+                    per[s].append(t_prefill + t_decode)
+                    per_tpot[s].append(t_decode / (a.tokens - 1))
                 else:
                     last[s], dt = hf_generate(gen_models[s[1]], ids, a.tokens, device)
                     per[s].append(dt)
         for s in sides:
             outs[s].append(last[s])
             times[s].append(statistics.median(per[s]))
+            if per_tpot[s]:
+                tpot[s].append(statistics.median(per_tpot[s]))
+    if peer is not None:
+        peer.close()
     bw = probe.read_bandwidth(device)
     n = a.tokens * len(inputs)
     result = {
@@ -180,6 +207,7 @@ def main(argv=None) -> dict:
             "of_roofline": tps / roof,
             "same_greedy_as_hf": same,
             "compile_s": choice.get("compile_s"),
+            "tpot_ms": 1e3 * statistics.median(tpot[("ours", c["label"])]),
         }
         if not a.no_curve:
             costs = probe.step_costs(eng, CURVE)
@@ -187,11 +215,40 @@ def main(argv=None) -> dict:
             row["c_ratio"] = probe.ratios(costs)
         result["rows"].append(row)
     result["generate_tokens_per_s"] = gen_tps
+    if peer is not None:
+        side = ("llamacpp", peer.version)
+        ref = next((r for r in result["rows"] if r["weights"] == "float32"), None)
+        result["llamacpp"] = {
+            "version": peer.version,
+            "gguf": str(peer.gguf),
+            "tokens_per_s": n / sum(times[side]),
+            "tpot_ms": 1e3 * statistics.median(tpot[side]),
+            # greedy agreement with our float32 engine (the GGUF's values exactly); llama.cpp
+            # quantizes activations per block, so near-ties may go either way
+            "same_greedy_as": ref
+            and {
+                ref["config"]: sum(
+                    x == y for x, y in zip(outs[side], outs[("ours", ref["config"])])
+                )
+            },
+        }
     report(result)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(result, f, indent=1)
     return result
+
+
+def start_peer(model: str, mode: str):
+    """llama.cpp's worker on the model's GGUF, or None (off, not installed, or no GGUF)."""
+    gguf = embedded_gguf(model)
+    python = llamacpp_peer.venv_python()
+    if mode == "off" or gguf is None or not python.exists():
+        if mode != "off":
+            why = "the model has no GGUF file" if gguf is None else f"{python} is missing"
+            print(f"llama.cpp not measured: {why} (make install-llamacpp)")
+        return None
+    return llamacpp_peer.Peer(gguf, python)
 
 
 def _cpu() -> str:
@@ -224,6 +281,19 @@ def report(r: dict) -> None:
             f"{vs:>6s} {row['roofline_tokens_per_s']:9.1f} {row['of_roofline']:7.0%} "
             f"{same:>5s}"
         )
+    lc = r.get("llamacpp")
+    if lc:
+        same = lc["same_greedy_as"] or {}
+        agree = " ".join(f"same greedy as {k}: {v}/{r['prompts']}" for k, v in same.items())
+        print(
+            f"  llama.cpp {lc['version']} (same GGUF): {lc['tokens_per_s']:.2f} tokens/s, "
+            f"TPOT {lc['tpot_ms']:.1f} ms; {agree}"
+        )
+        for row in r["rows"]:
+            print(
+                f"  {row['config']:24s} TPOT {row['tpot_ms']:6.1f} ms = "
+                f"{row['tpot_ms'] / lc['tpot_ms']:.2f}× llama.cpp's"
+            )
     if r["rows"] and "c_ratio" in r["rows"][0]:
         qs = list(r["rows"][0]["c_ratio"])
         print(f"  verify cost c(q)/c(1) ({'c(1) ms':>7s}) " + " ".join(f"q={q:<4}" for q in qs))
