@@ -2,6 +2,7 @@
 
     python -m bench.engine_check                       # the embedded model, every candidate
     python -m bench.engine_check --configs hf:float32 lean:int4 --tokens 64 --out check.json
+    python -m bench.engine_check --configs lean:int4 --task all --per-task 2   # 2 per category
 
 One run, one process, every configuration loaded at once and measured interleaved (the order
 rotates per prompt and repeat), warm-up outside the clock, medians:
@@ -88,7 +89,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--model", default="embedded:smollm2-135m")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--configs", nargs="+", default=DEFAULT)
-    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--task", default="core", help="prompts from this task (conf/task/)")
+    ap.add_argument("--per-task", type=int, default=None, help="the first N of each task")
+    ap.add_argument("--prompts", type=int, default=4, help="without --per-task: the first N")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-curve", action="store_true", help="skip the c(q) curves")
@@ -117,7 +120,10 @@ def main(argv=None) -> dict:
         )
         engines[c["label"]] = (eng, choice)
     greedy, clock = SamplingParams(), Clock(device)
-    prompts = load_prompts(_task_cfg("core"), limit=max(1, a.prompts // 4 + 1))[: a.prompts]
+    if a.per_task:
+        prompts = load_prompts(_task_cfg(a.task), limit=a.per_task)
+    else:
+        prompts = load_prompts(_task_cfg(a.task), limit=max(1, a.prompts // 4 + 1))[: a.prompts]
     inputs = [encode(tok, [{"role": "user", "content": p.turns[0]}], True) for p in prompts]
     # generate() on the hf engines' own models, one per dtype
     gen_models = {
@@ -172,6 +178,7 @@ def main(argv=None) -> dict:
     n = a.tokens * len(inputs)
     result = {
         "model": a.model,
+        "prompt_ids": [p.id for p in prompts],
         "device": device.type,
         "cpu": _cpu(),
         "bandwidth_gbs": bw / 1e9,

@@ -13,7 +13,15 @@ import tomllib
 from conftest import ROOT
 
 PACKAGES = ("groundfloor", "engines", "tasks", "drafters", "methods", "bench")
-ENTRY_POINTS = {"__init__", "__main__", "engine_check", "gpu_check"}  # bench/ commands over the run
+# bench/ commands over the run, and engine_check's llama.cpp worker (run by its own venv)
+ENTRY_POINTS = {
+    "__init__",
+    "__main__",
+    "engine_check",
+    "gpu_check",
+    "profile_step",
+    "llamacpp_peer",
+}
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
