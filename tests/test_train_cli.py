@@ -11,10 +11,10 @@ import pytest
 from conftest import ROOT
 
 
-def train(args, tmp_path):
+def train(args, tmp_path, module="bench.train"):
     env = dict(os.environ, SPECSWEEP_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
     return subprocess.run(
-        [sys.executable, "-m", "bench.train", *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -46,26 +46,22 @@ def prompt_file(tmp_path):
 @pytest.mark.parametrize("drafter", ["eagle3", "medusa"])
 def test_train_command_writes_the_published_layout(drafter, tiny_target_dir, prompt_file, tmp_path):
     out = tmp_path / "out"
-    r = train(
-        [
-            f"drafter={drafter}",
-            f"target={tiny_target_dir}",
-            f"prompts={prompt_file}",
-            "max_new_tokens=12",
-            "layers=[0,1,-1]",
-            "distill.batch=4",
-            "drafter.steps=4",
-            "drafter.eval_every=2",
-            "drafter.ckpt_every=2",
-            f"out={out}",
-        ]
-        + (
-            ["drafter.layers=[0,1,1]", "drafter.vocab_size=40"]
-            if drafter == "eagle3"
-            else ["drafter.num_heads=2"]
-        ),
-        tmp_path,
+    args = [
+        f"drafter={drafter}",
+        f"target={tiny_target_dir}",
+        f"prompts={prompt_file}",
+        "max_new_tokens=12",
+        "layers=[0,1,-1]",
+        "distill.batch=4",
+        "drafter.steps=4",
+        "drafter.eval_every=2",
+        "drafter.ckpt_every=2",
+    ] + (
+        ["drafter.layers=[0,1,1]", "drafter.vocab_size=40"]
+        if drafter == "eagle3"
+        else ["drafter.num_heads=2"]
     )
+    r = train([*args, f"out={out}"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["drafter"] == drafter and summary["artifact_bytes"] > 0
@@ -73,6 +69,15 @@ def test_train_command_writes_the_published_layout(drafter, tiny_target_dir, pro
     files = {p.name for p in out.iterdir()}
     assert "config.json" in files
     assert ("model.safetensors" if drafter == "eagle3" else "medusa_lm_head.safetensors") in files
+    if drafter == "eagle3":  # the saved head on the same held-out split, from the same data
+        r = train([*args, f"+heads=[{out}]"], tmp_path, "bench.train.evaluate")
+        assert r.returncode == 0, r.stderr[-2000:]
+        line = next(x for x in r.stdout.splitlines() if x.startswith(str(out)))
+        tops = json.loads(line.split("by draft position ", 1)[1])
+        assert set(tops) == {"all", "greedy", "sampled"} and len(tops["all"]) == 4
+        assert tops["all"][0] == pytest.approx(summary["top1_per_pos"][0], abs=0.1)
+        r = train(args, tmp_path, "bench.train.evaluate")
+        assert r.returncode == 2 and "names no head to evaluate" in r.stderr
 
 
 def test_unknown_drafter_is_one_clear_line(tiny_target_dir, tmp_path):

@@ -1,0 +1,74 @@
+"""Saved EAGLE heads side by side on the same held-out split: top-1 per draft position.
+
+    python -m bench.train.evaluate drafter=eagle3 limit=6400 +heads=[OLD_DIR,NEW_DIR]
+
+The data is the training command's own (same prompts, limit, ids and cached states; the split by
+prompt id, so a head never saw the held-out prompts whatever data it was trained on); each head is
+loaded as `drafter.init` loads it (bench.train.eagle_spec) and evaluated by bench.train.loop's
+`evaluate` on the whole held-out split, greedy and sampled answers together and apart. Misses
+outside a head's draft vocabulary count as misses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from groundfloor.errors import UserError
+
+
+def run(cfg: DictConfig) -> dict:
+    from bench.train import distill, loop
+    from bench.train.__main__ import needed_layers, spec_class
+    from bench.train.sources import from_config
+    from groundfloor.models import load_model
+
+    heads = list(cfg.get("heads") or [])
+    if not heads:
+        raise UserError("+heads=[dir, ...] names no head to evaluate")
+    rows, _ = from_config(cfg)
+    data = distill.build(
+        str(cfg.target),
+        rows,
+        int(cfg.max_new_tokens),
+        list(cfg.layers),
+        distill.settings_of(cfg),
+        distill.batch_of(cfg),
+        None,
+        need=needed_layers(cfg),
+    )
+    target, _ = load_model(cfg.target, torch.device("cpu"), getattr(torch, cfg.dtype))
+    out = {}
+    for head in heads:
+        cfg.drafter.init = str(Path(str(head)).resolve())
+        spec = spec_class(cfg).from_config(data, target, cfg)
+        result = {"all": loop.evaluate(spec)}
+        held = spec.seqs["eval"]
+        for name, keep in (("greedy", 0.0), ("sampled", 1.0)):
+            spec.seqs["eval"] = [s for s in held if float(s.get("temperature", 0)) == keep]
+            result[name] = loop.evaluate(spec)
+            result[name]["sequences"] = len(spec.seqs["eval"])
+        spec.seqs["eval"] = held
+        out[str(head)] = result
+        tops = {k: [round(x, 3) for x in v.get("top1_per_pos", [])] for k, v in result.items()}
+        print(f"{head}: held-out top-1 by draft position {json.dumps(tops)}")
+    return out
+
+
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    OmegaConf.set_struct(cfg, False)
+    try:
+        run(cfg)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
