@@ -105,6 +105,7 @@ class Block(nn.Module):
         self.register_buffer("norm_in", norm_in, persistent=False)
         self.register_buffer("norm_post", norm_post, persistent=False)
         self.nh, self.nkv, self.hd, self.eps = heads, kv_heads, head_dim, eps
+        self._layer_args = None  # engines.native's layer_ arguments, built on first use
 
     def forward(self, x, cos, sin, kc, vc, start: int, mask):
         """x (B, n, H); cos/sin (B, n, hd); kc/vc (B, kv, cap, hd) this layer's cache;
@@ -133,10 +134,32 @@ class Block(nn.Module):
         g, u = self.wgu(rms_norm(x, self.norm_post, self.eps)).chunk(2, dim=-1)
         return x + self.wd(F.silu(g) * u)
 
+    def native_weights(self) -> list | None:
+        """Each projection's tensors as engines.native's layer_ takes them ({nib, scale, offset}
+        for int4 blocks, {q, scale} for int8 rows), or [] when a projection is not on the native
+        kernels or has a bias (then the layer runs op by op)."""
+        if self._layer_args is None:
+            parts = []
+            for lin in (self.wqkv, self.wo, self.wgu, self.wd):
+                if lin.kernel != "native" or lin.bias is not None:
+                    parts = []
+                    break
+                q4 = lin.fmt == "int4"
+                parts.append([lin.nib, lin.scale, lin.offset] if q4 else [lin.qweight, lin.scales])
+            self._layer_args = parts
+        return self._layer_args
+
     def forward_native(self, nat, x, cos, sin, kc, vc, start: int, mask):
         """The same layer with engines.native's per-row norm and rotary (CPU, float32, batch 1):
-        one call each instead of chains of small torch ops; x is updated in place."""
+        one call each instead of chains of small torch ops; x is updated in place. With every
+        projection on the native kernels the whole layer is one call (`layer_`: these ops in
+        this order, the same numbers, without the Python between them)."""
         nh, nkv, hd = self.nh, self.nkv, self.hd
+        weights = self.native_weights()
+        if weights:
+            args = (kc, vc, start, cos[0], sin[0], mask, nh, nkv, hd, self.eps)
+            nat.layer_(x[0], self.norm_in, self.norm_post, *weights, *args)
+            return x
         n = x.shape[1]
         xs = x[0]  # (n, H), the residual stream
         qkv = self.wqkv(nat.rms_norm(xs, self.norm_in, self.eps))  # (n, (nh + 2 nkv) hd)

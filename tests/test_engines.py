@@ -369,3 +369,32 @@ def test_the_avx512_kernels_equal_the_avx2_build_bit_for_bit():
     wide.rope_(xa, 3, 64, cos, sin)
     narrow.rope_(xb, 3, 64, cos, sin)
     assert torch.equal(xa, xb)
+
+
+@pytest.mark.parametrize("weights", ["int4", "int8"])
+def test_one_call_per_layer_equals_the_layer_op_by_op(tiny_target_dir, weights, monkeypatch):
+    """engines.native's layer_ runs Block.forward_native's ops in its order: the logits and the
+    cache equal the op-by-op layer's bit for bit, for a prefill, decoding steps and a tree."""
+    from engines.lean import Block
+
+    def run():
+        eng, _ = load(str(tiny_target_dir), "cpu", engine="lean", weights=weights, kernel="native")
+        calls.append(all(b.native_weights() for b in eng.model.layers))  # one call per layer
+        ids = torch.randint(3, 100, (1, 12), generator=torch.Generator().manual_seed(0))
+        cache = eng.new_cache(32)
+        outs = [eng.forward(ids, cache).logits]
+        for t in (5, 9, 11):
+            outs.append(eng.forward(torch.tensor([[t]]), cache).logits)
+        tree = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
+        mask = torch.cat([torch.ones(3, cache.length, dtype=torch.bool), tree], 1)[None]
+        pos = torch.tensor([[cache.length, cache.length + 1, cache.length + 1]])
+        outs.append(eng.forward(torch.tensor([[4, 7, 8]]), cache, positions=pos, mask=mask).logits)
+        return outs, cache.k[:, :, :, : cache.length].clone()
+
+    calls = []
+    fused, k_fused = run()
+    monkeypatch.setattr(Block, "native_weights", lambda self: [])
+    plain, k_plain = run()
+    assert calls == [True, False]
+    assert all(torch.equal(a, b) for a, b in zip(fused, plain))
+    assert torch.equal(k_fused, k_plain)
