@@ -137,16 +137,20 @@ class Block(nn.Module):
     def native_weights(self) -> list | None:
         """Each projection's tensors as engines.native's layer_ takes them ({nib, scale, offset}
         for int4 blocks, {q, scale} for int8 rows), or [] when a projection is not on the native
-        kernels or has a bias (then the layer runs op by op)."""
+        kernels or has a bias, or SPECSWEEP_LAYER_CALL=0 (then the layer runs op by op)."""
         if self._layer_args is None:
-            parts = []
-            for lin in (self.wqkv, self.wo, self.wgu, self.wd):
-                if lin.kernel != "native" or lin.bias is not None:
-                    parts = []
-                    break
-                q4 = lin.fmt == "int4"
-                parts.append([lin.nib, lin.scale, lin.offset] if q4 else [lin.qweight, lin.scales])
-            self._layer_args = parts
+            from engines.native import layer_call
+
+            lins = (self.wqkv, self.wo, self.wgu, self.wd)
+            ok = layer_call() and all(x.kernel == "native" and x.bias is None for x in lins)
+            self._layer_args = (
+                [
+                    [x.nib, x.scale, x.offset] if x.fmt == "int4" else [x.qweight, x.scales]
+                    for x in lins
+                ]
+                if ok
+                else []
+            )
         return self._layer_args
 
     def forward_native(self, nat, x, cos, sin, kc, vc, start: int, mask):

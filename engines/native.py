@@ -10,7 +10,8 @@ as it is, so another checkout of the same source (a clean clone, CI) does not re
 With AVX-512 it is built for AVX-512 (the products' same operations in the same order, two
 halves per instruction: bit-identical to the AVX2 build), with AVX2 and FMA for AVX2, otherwise
 as portable C++; SPECSWEEP_ISA=avx2|portable asks for a narrower build (to compare them on one
-machine). Where no compiler is available the engine falls back to torch's own int4/int8
+machine); SPECSWEEP_LAYER_CALL=0 runs the lean forward's layers op by op instead of one call
+each. Where no compiler is available the engine falls back to torch's own int4/int8
 kernels, and says so in `describe()`.
 """
 
@@ -49,6 +50,12 @@ def _kind() -> str:
     if ask and ask not in kinds:
         raise ValueError(f"SPECSWEEP_ISA={ask!r}: this CPU runs {', '.join(kinds)}")
     return ask or kinds[0]
+
+
+def layer_call() -> bool:
+    """Whether the lean forward runs a layer as one native call (layer_, the default) or op by
+    op (SPECSWEEP_LAYER_CALL=0: the same numbers, to compare their speed)."""
+    return os.environ.get("SPECSWEEP_LAYER_CALL", "1") != "0"
 
 
 def kernels():
