@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +41,7 @@ class Peer:
             [str(python), __file__, str(gguf), "--threads", str(threads)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=tempfile.TemporaryFile(mode="w+"),
             text=True,
         )
         self.version = self._ask({"version": True})["version"]
@@ -50,7 +51,9 @@ class Peer:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the llama.cpp worker exited (status {self.proc.poll()})")
+            self.proc.stderr.seek(0)
+            tail = self.proc.stderr.read()[-1500:]
+            raise RuntimeError(f"the llama.cpp worker exited ({self.proc.poll()}): {tail}")
         return json.loads(line)
 
     def decode(self, ids: list[int], n: int) -> tuple[list[int], float, float]:
@@ -82,6 +85,12 @@ def worker(gguf: str, threads: int) -> None:
         logits_all=False,
         verbose=False,
     )
+    vocab = llm.n_vocab()
+
+    def last_argmax() -> int:  # the logits of the last token evaluated, as llama.cpp keeps them
+        row = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+        return int(np.argmax(np.ctypeslib.as_array(row, shape=(vocab,))))
+
     for line in sys.stdin:
         msg = json.loads(line)
         if msg.get("version"):
@@ -91,11 +100,11 @@ def worker(gguf: str, threads: int) -> None:
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(ids)
-        out = [int(np.argmax(llm.scores[llm.n_tokens - 1]))]
+        out = [last_argmax()]
         t1 = time.perf_counter()
         while len(out) < n:
             llm.eval([out[-1]])
-            out.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+            out.append(last_argmax())
         t2 = time.perf_counter()
         print(json.dumps({"out": out, "prefill_s": t1 - t0, "decode_s": t2 - t1}), flush=True)
 
