@@ -41,9 +41,29 @@ def needed_layers(cfg) -> list[int]:
     return spec_class(cfg).needed_layers(cfg)
 
 
+def training_data(cfg, progress=None) -> tuple[list[dict], dict]:
+    """(sequences with the hidden states the drafter needs, prompt counts per source): the
+    self-distillation data of the config's prompts, built or read from the cache."""
+    from bench.train import distill
+    from bench.train.sources import from_config
+
+    rows, stats = from_config(cfg)
+    data = distill.build(
+        str(cfg.target),
+        rows,
+        int(cfg.max_new_tokens),
+        list(cfg.layers),
+        distill.settings_of(cfg),
+        distill.batch_of(cfg),
+        progress,
+        need=needed_layers(cfg),
+    )
+    return data, stats
+
+
 def run(cfg: DictConfig) -> None:
 
-    from bench.train import distill, loop
+    from bench.train import loop
     from groundfloor.models import load_model
 
     name = cfg.drafter.name
@@ -52,19 +72,7 @@ def run(cfg: DictConfig) -> None:
     out = Path(cfg.out)
     t0 = time.time()
     with progress_bar(transient=False) as progress:
-        from bench.train.sources import from_config
-
-        rows, stats = from_config(cfg)
-        data = distill.build(
-            str(cfg.target),
-            rows,
-            int(cfg.max_new_tokens),
-            list(cfg.layers),
-            distill.settings_of(cfg),
-            distill.batch_of(cfg),
-            progress,
-            need=needed_layers(cfg),
-        )
+        data, stats = training_data(cfg, progress)
         t_data = time.time() - t0
         target, _ = load_model(cfg.target, torch.device("cpu"), getattr(torch, cfg.dtype))
         d = cfg.drafter

@@ -23,25 +23,14 @@ from groundfloor.errors import UserError
 
 
 def run(cfg: DictConfig) -> dict:
-    from bench.train import distill, loop
-    from bench.train.__main__ import needed_layers, spec_class
-    from bench.train.sources import from_config
+    from bench.train import loop
+    from bench.train.__main__ import spec_class, training_data
     from groundfloor.models import load_model
 
     heads = list(cfg.get("heads") or [])
     if not heads:
         raise UserError("+heads=[dir, ...] names no head to evaluate")
-    rows, _ = from_config(cfg)
-    data = distill.build(
-        str(cfg.target),
-        rows,
-        int(cfg.max_new_tokens),
-        list(cfg.layers),
-        distill.settings_of(cfg),
-        distill.batch_of(cfg),
-        None,
-        need=needed_layers(cfg),
-    )
+    data, _ = training_data(cfg)
     target, _ = load_model(cfg.target, torch.device("cpu"), getattr(torch, cfg.dtype))
     out = {}
     for head in heads:
