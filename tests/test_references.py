@@ -171,6 +171,7 @@ def tree_method(name, target, tmp_path):
         from bench.config import CONF
 
         node = OmegaConf.load(CONF / "method" / f"{name}.yaml")
+        node.k = None  # the whole static tree: k=auto's per-round pruning reads timings
     return build_method(OmegaConf.create(node), make_ctx(target))
 
 
