@@ -134,7 +134,7 @@ class Block(nn.Module):
         g, u = self.wgu(rms_norm(x, self.norm_post, self.eps)).chunk(2, dim=-1)
         return x + self.wd(F.silu(g) * u)
 
-    def native_weights(self) -> list | None:
+    def native_weights(self) -> list:
         """Each projection's tensors as engines.native's layer_ takes them ({nib, scale, offset}
         for int4 blocks, {q, scale} for int8 rows), or [] when a projection is not on the native
         kernels or has a bias, or SPECSWEEP_LAYER_CALL=0 (then the layer runs op by op)."""
