@@ -16,14 +16,17 @@ were), kept per context bucket (n-gram methods: the match length) from the run's
 shrunk towards the pooled rate and a prior while a bucket has few rounds, every count fading by
 DECAY per round so the rates follow the text at hand. The round drafts
 k* = argmax_{0 ≤ k ≤ max_k} E(k)/T(k); k* = 0 is a plain step. A run that stays at 0 for
-`PROBE_EVERY` rounds drafts k* over k ≥ 1 once, so its rates keep being measured.
+`PROBE_EVERY` rounds drafts k* over k ≥ 1 once, so its rates keep being measured; each probe
+that leaves speculation off doubles the wait before the next (up to PROBE_MAX), so a drafter that
+does not pay on the text at hand costs ever less, and a round that drafts on its merits resets it.
 
 Trees score nodes instead: a node's reach probability ŝ (its path's draft probability, times a
 per-depth calibration λ_depth fitted from the accepted paths), and the round keeps the n best
 (a prefix-closed choice) maximising (1 + Σ ŝ)/T(n). Learned drafters stop extending early when the
 next step's expected gain (its reach times its calibrated confidence) cannot raise E/T, and a tree
 drafter skips drafting (a plain round) while its recent rounds' expected gain is below a plain
-step's, drafting again after PROBE_EVERY such rounds.
+step's, drafting again after PROBE_EVERY such rounds (the same doubling wait), a probe's
+gain replacing the stale running mean.
 
 The choice for a round reads only earlier rounds and this round's draft, never the target's
 verdict on it, so every accept rule stays lossless (tests/test_adaptive.py checks the law at T=1).
@@ -38,6 +41,7 @@ from pathlib import Path
 AUTO = "auto"  # the value of k that turns the policy on
 PRIOR = 0.5  # conditional acceptance per depth before a run has rounds (a drafter may pass its own)
 PROBE_EVERY = 8  # plain rounds in a row after which one round drafts again (keeps α measured)
+PROBE_MAX = 32  # the longest wait between probes (a probe that leaves speculation off doubles it)
 DECAY = 0.98  # per recorded round: counts fade over ~50 rounds, so rates follow the text at hand
 PRIOR_WEIGHT = 2.0  # pseudo-rounds behind the prior (and behind the pooled rate, for a bucket)
 GAIN_START = 1.1  # a learned tree drafter's running gain before its first round: it drafts
@@ -207,6 +211,31 @@ class Confidence:
                 self.acc[b] += 1
 
 
+class Probes:
+    """When a run of plain rounds drafts once more: after `wait` plain rounds in a row, `wait`
+    starting at PROBE_EVERY and doubling (up to PROBE_MAX) with every probe that leaves
+    speculation off, back to PROBE_EVERY once a round drafts on its merits."""
+
+    def __init__(self):
+        self.wait, self.run = PROBE_EVERY, 0
+
+    def due(self) -> bool:
+        """This round would be plain: is it time to probe instead? (A probe doubles the wait.)"""
+        if self.run < self.wait:
+            return False
+        self.wait = min(2 * self.wait, PROBE_MAX)
+        return True
+
+    def drafted(self, merit: bool) -> None:
+        """A round drafted: on its merits (the wait resets) or as a probe."""
+        self.run = 0
+        if merit:
+            self.wait = PROBE_EVERY
+
+    def plain(self) -> None:
+        self.run += 1
+
+
 class Chooser(Policy):
     """One method's k=auto state: its costs, rates and the lengths it chose.
 
@@ -221,13 +250,13 @@ class Chooser(Policy):
         self.depths = Depths(max_k, prior)
         self.conf = Confidence()
         self.prior = prior
-        self.plain_run, self.probing = 0, False
+        self.probes, self.probing = Probes(), False
 
     def reset(self) -> None:
         """Forget the rates (after warm-up: the measured turns start from the prior)."""
         self.depths = Depths(self.depths.max_k, self.prior)
         self.conf = Confidence()
-        self.plain_run, self.probing = 0, False
+        self.probes, self.probing = Probes(), False
 
     def length(self, bucket=None, cap: int | None = None) -> int:
         """The draft length for this round (0: draft nothing); `cap`: tokens available."""
@@ -238,7 +267,7 @@ class Chooser(Policy):
         a = self.depths.alphas(bucket)
         s = self.steps_per_token
         k = best_chain(a, self.costs, top, s)
-        if k == 0 and self.plain_run >= PROBE_EVERY:  # measure again: the best k ≥ 1
+        if k == 0 and self.probes.due():  # measure again: the best k ≥ 1
             rates = [expected(a, j) / self.costs.round(j, j * s) for j in range(1, top + 1)]
             k, self.probing = 1 + rates.index(max(rates)), True
         return k
@@ -264,7 +293,10 @@ class Chooser(Policy):
         self.record(proposal.bucket, acc.drafted, acc.n_draft_accepted, proposal.confs)
 
     def record(self, bucket, drafted: int, accepted: int, confs: list[float] | None = None):
-        self.plain_run = 0 if drafted else self.plain_run + 1
+        if drafted:
+            self.probes.drafted(merit=not self.probing)
+        else:
+            self.probes.plain()
         if drafted:
             self.depths.record(bucket, drafted, accepted)
             if confs:
@@ -301,22 +333,24 @@ def draft_costs(turns) -> tuple[float, float]:
 class Gain:
     """Whether a learned drafter should draft at all this round (before its first step): the
     recent drafted rounds' expected tokens per second over a plain step's, a running mean;
-    below 1, rounds are plain until PROBE_EVERY of them have passed."""
+    below 1, rounds are plain until a probe is due (Probes), and a probe's gain replaces the
+    mean (the rounds behind it are stale)."""
 
     def __init__(self):
-        self.gain, self.plain_run = GAIN_START, 0
+        self.gain, self.probes, self.probing = GAIN_START, Probes(), False
 
     def skip(self) -> bool:
-        if self.gain >= 1.0 or self.plain_run >= PROBE_EVERY:
-            self.plain_run = 0
+        self.probing = self.gain < 1.0 and self.probes.due()
+        if self.gain >= 1.0 or self.probing:
+            self.probes.drafted(merit=not self.probing)
             return False
-        self.plain_run += 1
+        self.probes.plain()
         return True
 
     def note(self, est_sorted: list[float], n: int, steps: int, costs: Costs) -> None:
         """A drafted round's expected gain: (1 + Σ_{i<n} ŝ_i)/T(n) ÷ 1/T(0)."""
         g = (1.0 + sum(est_sorted[:n])) / costs.round(n, steps) * costs.round(0, 0)
-        self.gain = GAIN_MEAN * self.gain + (1 - GAIN_MEAN) * g
+        self.gain = g if self.probing else GAIN_MEAN * self.gain + (1 - GAIN_MEAN) * g
 
 
 class TreeChooser(Policy):

@@ -23,6 +23,8 @@ def verify_tree(
 ):
     """One forward over [root, tokens] (root (1,), tokens (N,)) → engines.base.Out
     (logits (1, N+1, V), and the hidden states asked for)."""
+    if not tokens.numel():  # a plain round: the engine's decoding step, no tree mask to build
+        return engine.forward(root[None], cache, hidden=hidden)
     cached = cache.length
     inp = torch.cat([root, tokens])[None]
     pos = (cached + to_device(layout.depth, inp.device))[None]

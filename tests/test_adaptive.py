@@ -86,23 +86,40 @@ def test_a_learned_tree_drafter_skips_rounds_that_do_not_pay():
     for _ in range(20):  # rounds whose best tree barely adds anything over their cost
         g.note([0.01, 0.01], 2, 3, costs)
     assert g.gain < 1
-    plain = [g.skip() for _ in range(2 * adaptive.PROBE_EVERY + 2)]
+    plain = [g.skip() for _ in range(adaptive.PROBE_EVERY + 1)]
     assert plain[: adaptive.PROBE_EVERY] == [True] * adaptive.PROBE_EVERY
     assert plain[adaptive.PROBE_EVERY] is False  # a probe drafts, and measures again
-    for _ in range(20):
-        g.note([0.9, 0.8, 0.7], 3, 1, costs)
+    g.note([0.01], 1, 1, costs)  # the probe did not pay: the next one waits twice as long
+    plain = [g.skip() for _ in range(2 * adaptive.PROBE_EVERY + 1)]
+    assert plain == [True] * (2 * adaptive.PROBE_EVERY) + [False]
+    g.note([0.9, 0.8, 0.7], 3, 1, costs)  # this probe pays: its gain replaces the stale mean
+    assert g.gain > 1
     assert not g.skip()
 
 
-def test_a_run_of_plain_rounds_probes_again():
+def test_a_run_of_plain_rounds_probes_again_ever_less_often():
     ch = chooser(CPU, 0.02)
     ks = []
-    for _ in range(3 * adaptive.PROBE_EVERY):
+    for _ in range(200):
         ks.append(ch.length())
         ch.record(None, ks[-1], 0)
     assert ks[: adaptive.PROBE_EVERY] == [0] * adaptive.PROBE_EVERY
     probes = [i for i, k in enumerate(ks) if k]
-    assert probes == [adaptive.PROBE_EVERY, 2 * adaptive.PROBE_EVERY + 1]
+    waits = [b - a - 1 for a, b in zip([-1] + probes, probes)]
+    e, m = adaptive.PROBE_EVERY, adaptive.PROBE_MAX
+    assert waits[:4] == [e, 2 * e, min(4 * e, m), min(8 * e, m)]  # each failed probe doubles it
+    assert max(waits) == m
+
+
+def test_a_round_that_drafts_on_its_merits_resets_the_probe_wait():
+    p = adaptive.Probes()
+    for _ in range(3):  # three failed probes: the wait has grown
+        while not p.due():
+            p.plain()
+        p.drafted(merit=False)
+    assert p.wait == min(8 * adaptive.PROBE_EVERY, adaptive.PROBE_MAX)
+    p.drafted(merit=True)
+    assert p.wait == adaptive.PROBE_EVERY
 
 
 def test_confidence_stops_a_draft_that_cannot_pay():
