@@ -25,6 +25,8 @@ from collections import Counter
 
 import pandas as pd
 
+from engines.probe import anchored
+
 POSITION_BINS = (0, 32, 64, 128, 256, 512)
 
 
@@ -123,9 +125,11 @@ def predicted_speedup(
     real step the curve does not time (a longer context, sampling, the loop: s_b − c(1)) is
     added to every round, and with `first` (the time to the first token) and `decode` (tokens
     decoded after it, per turn) the prediction is for whole turns, as the speedup is measured:
-    (F + n·s_b) ÷ (F + n·s_b ÷ step speedup)."""
+    (F + n·s_b) ÷ (F + n·s_b ÷ step speedup). A curve timed above s_b is brought down to it
+    first (engines.probe.anchored: the turns, not the curve's few repeats, set its level)."""
     if not tau_round or not costs:
         return None
+    costs = anchored(costs, base_step)
     c1 = costs[min(costs)]
     ws = list(width) if isinstance(width, (list, tuple)) else [width]
     verify = sum(interpolate(costs, w) for w in ws) / len(ws)

@@ -128,16 +128,19 @@ class Runner:
             self.graphs = self.target.graphs()
         return turns
 
-    def drafting_cost(self, warm: dict) -> tuple[float, float, float]:
-        """k=auto: the drafter's (seconds per step, seconds per round) and the loop's per-round
-        overhead beyond c(1), measured on warm turns (one untimed pass of each side when
-        warmup=0): never assumed."""
+    def drafting_cost(self, warm: dict) -> tuple[dict, tuple[float, float, float]]:
+        """k=auto: (the cost curve anchored to the baseline's warm step (engines.probe.anchored),
+        the drafter's (seconds per step, seconds per round) and the loop's per-round overhead
+        beyond c(1)), measured on warm turns (one untimed pass of each side when warmup=0):
+        never assumed."""
         if self.method.auto is None:
-            return 0.0, 0.0, 0.0
+            return self.cost_curve, (0.0, 0.0, 0.0)
         if not warm["method"]:
             self.warm_pass(warm)
         step_s, round_s = adaptive.draft_costs(warm["method"])
-        return step_s, round_s, adaptive.step_overhead(warm["baseline"], self.cost_curve)
+        s_b = adaptive.base_step(warm["baseline"])
+        curve = probe.anchored(self.cost_curve, s_b)
+        return curve, (step_s, round_s, adaptive.step_overhead(s_b, curve))
 
     def check_no_recompile(self, where: str) -> None:
         """A compiled engine must not compile inside the clock: that time would be counted."""
@@ -158,8 +161,8 @@ class Runner:
         warm = self.warmup()
         t1 = time.perf_counter()
         self.cost_curve = probe.curve(self.target, warm=True)  # c(q) after warm-up, untimed
-        drafting = self.drafting_cost(warm)
-        changed = self.method.calibrate(self.cost_curve, drafting)
+        curve, drafting = self.drafting_cost(warm)
+        changed = self.method.calibrate(curve, drafting)
         if changed and getattr(self.target, "compiled", False):
             self.warmup()  # the new draft size's shapes are compiled outside the clock too
         self.setup_s.update(warmup=round(t1 - t0, 2), cost_curve=round(time.perf_counter() - t1, 2))

@@ -103,6 +103,7 @@ class Policy:
     def cost_summary(self) -> dict:
         c = self.costs
         return {
+            "c1_ms": None if c is None else round(c.verify(1) * 1e3, 3),  # the level it used
             "step_ms": None if c is None else round(c.step_s * 1e3, 3),
             "round_ms": None if c is None else round(c.round_s * 1e3, 3),
             "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
@@ -310,13 +311,17 @@ class Chooser(Policy):
         }
 
 
-def step_overhead(turns, curve: dict) -> float:
-    """o: the baseline's seconds per decoded token on warm-up TurnResults beyond c(1)."""
+def base_step(turns) -> float | None:
+    """s_b: the baseline's seconds per decoded token (after the first) on warm-up TurnResults."""
     decoded = sum(max(len(t.output_ids) - 1, 0) for t in turns)
-    if not decoded or not curve:
-        return 0.0
-    spent = sum((t.times_ns["wall"] - t.times_ns.get("ttft", 0)) / 1e9 for t in turns)
-    return max(spent / decoded - curve[min(curve)], 0.0)
+    if not decoded:
+        return None
+    return sum((t.times_ns["wall"] - t.times_ns.get("ttft", 0)) / 1e9 for t in turns) / decoded
+
+
+def step_overhead(step: float | None, curve: dict) -> float:
+    """o: what the baseline's step s_b costs beyond c(1)."""
+    return max(step - curve[min(curve)], 0.0) if step and curve else 0.0
 
 
 def draft_costs(turns) -> tuple[float, float]:

@@ -35,4 +35,7 @@ def verify_tree(
 def keep_path(cache, cached: int, nodes: list[int]) -> None:
     """After verify: keep `cached` positions, the root, and the accepted nodes (node i is at
     offset i + 1 after the root)."""
+    if nodes == list(range(len(nodes))):  # already in place (a plain round, a chain's prefix)
+        cache.crop(cached + 1 + len(nodes))
+        return
     cache.keep(cached, torch.tensor([0] + [i + 1 for i in nodes], dtype=torch.long))

@@ -206,6 +206,21 @@ def test_predicted_speedup_is_the_cost_model():
     whole = (4 + 10 * 1.5) / (4 + 10 * 1.5 / step)
     got = predicted_speedup(3.0, 5, 0.2, costs, base_step=1.5, first=4, decode=10)
     assert got == pytest.approx(whole)
+    # a curve timed slower than the turns (c(1) 1.0 against a measured step of 0.8): its level
+    # follows the step, its shape is kept, so a plain round predicts 1×, not 0.8×
+    assert predicted_speedup(1.0, 1, 0.0, costs, base_step=0.8) == pytest.approx(1.0)
+    assert predicted_speedup(3.0, 5, 0.0, costs, base_step=0.8) == pytest.approx(3.0 / 1.3)
+
+
+def test_an_anchored_curve_keeps_its_shape_and_takes_the_steps_level():
+    from engines.probe import anchored
+
+    costs = {1: 0.02, 4: 0.03, 8: 0.05}
+    assert anchored(costs, 0.025) == costs  # the step contains c(1): nothing to correct
+    assert anchored(costs, None) == costs
+    low = anchored(costs, 0.016)
+    assert low[1] == pytest.approx(0.016)
+    assert low[8] / low[1] == pytest.approx(costs[8] / costs[1])
 
 
 def test_category_rows_for_a_task_spanning_categories():
