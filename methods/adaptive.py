@@ -294,14 +294,13 @@ class Chooser(Policy):
         self.record(proposal.bucket, acc.drafted, acc.n_draft_accepted, proposal.confs)
 
     def record(self, bucket, drafted: int, accepted: int, confs: list[float] | None = None):
-        if drafted:
-            self.probes.drafted(merit=not self.probing)
-        else:
+        if not drafted:
             self.probes.plain()
-        if drafted:
-            self.depths.record(bucket, drafted, accepted)
-            if confs:
-                self.conf.record(confs, accepted)
+            return
+        self.probes.drafted(merit=not self.probing)
+        self.depths.record(bucket, drafted, accepted)
+        if confs:
+            self.conf.record(confs, accepted)
 
     def summary(self) -> dict:
         return {
