@@ -101,6 +101,7 @@ def generate(
         res.round_accepted.append(acc.n_draft_accepted)
         res.round_depth.append(acc.depth)
         res.round_k.append(acc.drafted if proposal.chosen is None else proposal.chosen)
+        res.round_steps.append(proposal.steps)
         res.accept_lengths.append(len(tokens))
         res.drafted_tokens += acc.drafted
         res.draft_steps += proposal.steps
@@ -109,6 +110,8 @@ def generate(
         bump(res.accepted_per_pos, acc.n_draft_accepted)
 
     res.times_ns = clock.read()
+    spans = clock.durations("draft")  # the drafter's prefill, then per round: draft, observe
+    res.round_draft_ns = [spans[1 + 2 * i] + spans[2 + 2 * i] for i in range(len(res.round_k))]
     method.finish(state)  # untimed: cross-turn state (e.g. suffix's response cache)
     res.output_ids = state.ids[state.n_prompt : state.length].tolist()
     res.static_bytes, res.state_bytes = method.static_bytes(), method.state_bytes(state)

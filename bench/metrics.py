@@ -263,15 +263,27 @@ def _draft_overhead(x: Scope):
 @metric(
     "draft_step_cost",
     doc="d: drafting time per sequential drafter forward ÷ one target forward c(1), quiet "
-    "repeats (Leviathan et al.'s cost coefficient c; the drafter's prefill and its reading of "
-    "the verify included); empty for methods that draft by lookup",
+    "repeats, read from the steady rounds (those after a drafted round: the head's or draft "
+    "model's step with its reading of the last verify; a turn's first round and one after plain "
+    "rounds also catch the drafter up on the prompt or the plain tokens, which draft_overhead "
+    "counts and this does not); Leviathan et al.'s cost coefficient c; empty for methods that "
+    "draft by lookup",
 )
 def _draft_step_cost(x: Scope):
     q = x.quiet
     if "draft_steps" not in q or not x.costs or not q.draft_steps.notna().any():
         return None
+    c1 = x.costs[min(x.costs)]
+    if "round_draft_s" in q and "round_steps" in q:
+        secs = steps = 0.0
+        for times, own in q[["round_draft_s", "round_steps"]].dropna().itertuples(index=False):
+            for i in range(1, min(len(times), len(own))):
+                if own[i] and own[i - 1]:
+                    secs, steps = secs + times[i], steps + own[i]
+        if steps:
+            return float(secs / steps / c1)
     steps = q.draft_steps.sum()
-    return float(q.draft_s.sum() / steps / x.costs[min(x.costs)]) if steps else None
+    return float(q.draft_s.sum() / steps / c1) if steps else None
 
 
 def k_histogram(rounds) -> dict:

@@ -69,6 +69,8 @@ def record(
         "round_depth": res.round_depth,
         "round_k": res.round_k,
         "round_start": res.round_start,
+        "round_steps": res.round_steps,
+        "round_draft_s": [ns / 1e9 for ns in res.round_draft_ns],
         "drafted_tokens": res.drafted_tokens,
         "verified_tokens": res.verified_tokens,
         "accepted_tokens": res.accepted_tokens,

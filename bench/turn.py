@@ -22,6 +22,8 @@ class TurnResult:
     round_depth: list[int] = field(default_factory=list)  # drafted depth per verify round
     round_k: list[int] = field(default_factory=list)  # draft size chosen per round (k=auto)
     round_start: list[int] = field(default_factory=list)  # output position at each round's start
+    round_steps: list[int] = field(default_factory=list)  # sequential drafter forwards per round
+    round_draft_ns: list[int] = field(default_factory=list)  # per round: its draft + observe time
     drafted_tokens: int = 0
     verified_tokens: int = 0  # tokens verified after the root (lookahead's window included)
     accepted_tokens: int = 0

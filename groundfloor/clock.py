@@ -68,6 +68,11 @@ class Clock:
             return int(a.elapsed_time(b) * 1e6)
         return b - a
 
+    def durations(self, name: str) -> list[int]:
+        """Each span of phase `name`, in order, in nanoseconds (after `read`: on CUDA its
+        synchronize makes the events readable)."""
+        return [self._ns(a, b) for n, a, b in self._spans if n == name]
+
     def read(self) -> dict[str, int]:
         """Totals per phase plus `wall` (first start → last end), `host_wall` and marks, in
         nanoseconds."""

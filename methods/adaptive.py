@@ -7,7 +7,7 @@ A round that drafts k tokens and verifies them in one target forward costs
 c: the run's cost curve (engines.probe, timed after warm-up; linear between the sizes it timed),
 d: the drafter's cost per sequential step, s(k): its steps for k tokens (a draft model: k, a lookup:
 0), r: the drafting work paid every round whatever k (a lookup, a head's catch-up). d and r are
-measured on the run's warm-up turns (`calibrate`), never assumed. The round emits
+measured on the run's warm-up turns' steady rounds (`draft_costs`), never assumed. The round emits
 
     E(k) = 1 + Σ_{i=1..k} Π_{j=1..i} α_j
 
@@ -324,14 +324,30 @@ def step_overhead(step: float | None, curve: dict) -> float:
 
 
 def draft_costs(turns) -> tuple[float, float]:
-    """(seconds per drafter step, seconds per round outside them) from warm-up TurnResults: a
-    learned drafter's draft time over its steps; a lookup's over its rounds."""
-    draft = sum(t.times_ns.get("draft", 0) for t in turns) / 1e9
-    steps = sum(t.draft_steps for t in turns)
-    rounds = sum(max(t.target_forwards - 1, 0) for t in turns)
+    """(seconds per drafter step, seconds per round outside them) from warm-up TurnResults'
+    steady rounds. A learned drafter: the drafting time of its rounds that follow a drafted round
+    over their steps (a turn's first round, or one after plain rounds, first catches the drafter
+    up on the prompt or the run of plain tokens: paid whatever k, and the prompt once per turn,
+    so it is no step's cost); a lookup: its rounds' drafting time over their count. The
+    drafter's prefill (its own span) is left out too. Turns without per-round times (a whole-turn
+    generate()) fall back to their totals."""
+    ns = steps = rounds = 0
+    for t in turns:
+        own, lookup = t.round_steps, not any(t.round_steps)
+        for i, (d, s) in enumerate(zip(t.round_draft_ns, own)):
+            if s and i and own[i - 1]:
+                ns, steps = ns + d, steps + s
+            elif lookup:
+                ns, rounds = ns + d, rounds + 1
     if steps:
-        return draft / steps, 0.0
-    return 0.0, draft / max(rounds, 1)
+        return ns / 1e9 / steps, 0.0
+    if rounds:
+        return 0.0, ns / 1e9 / rounds
+    draft = sum(t.times_ns.get("draft", 0) for t in turns) / 1e9
+    total_steps = sum(t.draft_steps for t in turns)
+    if total_steps:
+        return draft / total_steps, 0.0
+    return 0.0, draft / max(sum(max(t.target_forwards - 1, 0) for t in turns), 1)
 
 
 class Gain:

@@ -122,6 +122,39 @@ def test_a_round_that_drafts_on_its_merits_resets_the_probe_wait():
     assert p.wait == adaptive.PROBE_EVERY
 
 
+def test_draft_costs_read_the_steady_rounds():
+    from bench.turn import TurnResult
+
+    ms = 1_000_000
+    # a learned drafter: round 0 catches up on the prompt, round 3 on two plain rounds
+    learned = TurnResult(
+        [],
+        10,
+        {"draft": 60 * ms},
+        6,
+        round_steps=[2, 2, 0, 0, 2],
+        draft_steps=6,
+        round_draft_ns=[40 * ms, 4 * ms, 0, 0, 12 * ms],
+    )
+    step, per_round = adaptive.draft_costs([learned])
+    assert step == pytest.approx(0.002) and per_round == 0.0  # 4 ms over round 1's 2 steps
+    lookup = TurnResult(
+        [], 10, {"draft": 9 * ms}, 4, round_steps=[0, 0, 0], round_draft_ns=[1 * ms, 2 * ms, 3 * ms]
+    )
+    assert adaptive.draft_costs([lookup]) == (0.0, pytest.approx(0.002))
+    whole = TurnResult([], 10, {"draft": 8 * ms}, 5, draft_steps=4)  # no per-round times
+    assert adaptive.draft_costs([whole]) == (pytest.approx(0.002), 0.0)
+
+
+def test_a_turn_records_each_rounds_drafting_time(target, tmp_path):
+    save_head(target, "eagle", tmp_path, seed=1)
+    m = eagle_method(target, "eagle", tmp_path, k=2)
+    res = run(m, prompts(1, seed=3)[0])
+    assert len(res.round_draft_ns) == len(res.round_steps) == len(res.round_k) > 1
+    assert sum(res.round_steps) == res.draft_steps
+    assert 0 < sum(res.round_draft_ns) < res.times_ns["draft"]  # the head's prefill is apart
+
+
 def test_confidence_stops_a_draft_that_cannot_pay():
     ch = chooser(CPU, 0.6, steps=1, step_s=0.002)
     # before any data a token's rate is its depth's: the confidence alone stops nothing

@@ -295,3 +295,15 @@ def test_draft_step_cost_is_drafting_per_step_over_one_forward():
     r = summarize(df, costs).iloc[0]
     assert r.draft_step_cost == pytest.approx((2 * 0.4) / (2 * 20) / 0.01)
     assert pd.isna(summarize(df).iloc[0].draft_step_cost)  # no cost curve: no d
+
+
+def test_draft_step_cost_reads_the_steady_rounds_when_recorded():
+    df = records()
+    costs = {1: 0.01, 8: 0.02}
+    method = df.role == "method"
+    df["draft_steps"] = [6 if m else 0 for m in method]
+    # round 0 catches up on the prompt (50 ms), round 2 follows a plain round: neither counts
+    df["round_steps"] = [[2, 0, 2, 2] if m else [] for m in method]
+    df["round_draft_s"] = [[0.05, 0.0, 0.03, 0.004] if m else [] for m in method]
+    r = summarize(df, costs).iloc[0]
+    assert r.draft_step_cost == pytest.approx(0.004 / 2 / 0.01)
