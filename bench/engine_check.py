@@ -3,6 +3,7 @@
     python -m bench.engine_check                       # the embedded model, every candidate
     python -m bench.engine_check --configs hf:float32 lean:int4 --tokens 64 --out check.json
     python -m bench.engine_check --configs lean:int4 --task all --per-task 2   # 2 per category
+    python -m bench.engine_check --configs lean:int4 lean:int4:native_q8a    # a kernel by name
 
 One run, one process, every configuration loaded at once and measured interleaved (the order
 rotates per prompt and repeat), warm-up outside the clock, medians:
@@ -16,8 +17,9 @@ rotates per prompt and repeat), warm-up outside the clock, medians:
     venv (bench/llamacpp_peer.py: a worker process, interleaved like the other sides): its
     tokens/s and time per output token (TPOT: the one-token steps after the first token) beside
     ours.
-A configuration is engine:weights[:dtype][:compile]; dtype defaults to the weights' own float
-type (float32 for int8/int4 activations outside the kernels).
+A configuration is engine:weights[:dtype][:kernel][:compile]; dtype defaults to the weights' own
+float type (float32 for int8/int4 activations outside the kernels), kernel to auto (engines.load;
+native_q8a: int8 activations, asked for by name).
 """
 
 from __future__ import annotations
@@ -45,22 +47,25 @@ CURVE = (1, 2, 4, 8, 16, 32, 64)
 
 
 def parse(spec: str) -> dict:
+    """engine:weights[:dtype][:kernel][:compile], e.g. lean:int4:native_q8a."""
+    from engines.load import KERNELS
+
     parts = spec.split(":")
     if parts[0] not in ("hf", "lean") or len(parts) < 2:
         raise SystemExit(
-            f"error: --configs {spec!r}: use engine:weights[:dtype][:compile], engine hf or lean"
+            f"error: --configs {spec!r}: use engine:weights[:dtype][:kernel][:compile], "
+            f"engine hf or lean"
         )
-    w = parts[1]
-    dtype = (
-        parts[2]
-        if len(parts) > 2 and parts[2] != "compile"
-        else (w if w in ("float32", "bfloat16", "float16") else "float32")
-    )
+    w, rest = parts[1], parts[2:]
+    kernel = next((p for p in rest if p in KERNELS), "auto")
+    dtypes = [p for p in rest if p not in KERNELS and p != "compile"]
+    dtype = dtypes[0] if dtypes else (w if w in ("float32", "bfloat16", "float16") else "float32")
     return {
         "engine": parts[0],
         "weights": w,
         "dtype": dtype,
-        "compile": "compile" in parts[2:],
+        "kernel": kernel,
+        "compile": "compile" in rest,
         "label": spec,
     }
 
@@ -115,7 +120,7 @@ def main(argv=None) -> dict:
             engine=c["engine"],
             weights=c["weights"],
             dtype=c["dtype"],
-            kernel="auto",
+            kernel=c["kernel"],
             compile=c["compile"],
         )
         engines[c["label"]] = (eng, choice)

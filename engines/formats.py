@@ -17,7 +17,10 @@
 
 "native" is engines/kernels/cpu.cpp (engines.native): float32 in and out, each output a
 fixed sequence of operations whatever the number of input rows, so a verify forward gives
-each token the same numbers as a one-token forward. The aten int8/int4 kernels take bfloat16
+each token the same numbers as a one-token forward. "native_q8a" runs the same int8/int4/q8_0
+weights with the activations quantized to int8 per block of 32 (llama.cpp's Q8_1 scheme) and
+integer products: other numbers than "native" (a kernel of its own, never the default), again
+the same for a token whatever the number of rows. The aten int8/int4 kernels take bfloat16
 activations (their fast CPU path): x is cast to bf16 and y back. A GGUF Q4_1 block (w = d·q + m)
 is an int4 group with scale d and offset m, as stored; Q8_0 blocks are q8_0. Weight-only
 quantization changes the target's numbers, so format and kernel are named next to every result.
@@ -33,6 +36,7 @@ FLOATS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 QUANTIZED = ("int8", "int4")
 FORMATS = tuple(FLOATS) + QUANTIZED
 GROUP = 32
+NATIVE = ("native", "native_q8a")  # our kernels (engines.native): the same weight layout
 
 
 def cuda_int4_tiles(in_features: int) -> int | None:
@@ -92,7 +96,7 @@ class Linear(nn.Module):
         for name, t in tensors.items():
             self.register_buffer(name, t, persistent=False)
         self.register_buffer("bias", bias, persistent=False)
-        if kernel == "native" and _native() is None:
+        if kernel in NATIVE and _native() is None:
             from engines.native import kernels
 
             raise RuntimeError(f"the native kernels are unavailable: {kernels()[1]}")
@@ -111,7 +115,7 @@ class Linear(nn.Module):
         b = None if bias is None else bias.to(device)
         if fmt == "int8":
             q, s = quantize_int8(w)
-            if kernel == "native":  # the row's scale for each of its groups: the same values
+            if kernel in NATIVE:  # the row's scale for each of its groups: the same values
                 groups = s[:, None].expand(-1, shape[1] // GROUP).contiguous()
                 return cls(
                     "int8", kernel, shape, {"qweight": q.to(device), "scales": groups.to(device)}, b
@@ -146,7 +150,7 @@ class Linear(nn.Module):
             raise ValueError(f"int4 needs in_features divisible by {GROUP}, got {i}")
         dev = torch.device(device)
         b = None if bias is None else bias.to(dev)
-        if kernel == "native":
+        if kernel in NATIVE:
             t = {
                 "nib": pack_nibbles(q).to(dev),
                 "scale": scale.float().contiguous().to(dev),
@@ -168,7 +172,7 @@ class Linear(nn.Module):
     ) -> "Linear":
         """GGUF Q8_0 blocks (w = d·q per group of 32) as they are on the native kernel; on
         aten, requantized to int8 per row (what that kernel takes)."""
-        if kernel != "native":
+        if kernel not in NATIVE:
             w = (q.view(q.shape[0], -1, GROUP).float() * d[..., None]).view(q.shape)
             return cls.from_float(w, "int8", device=device, kernel="aten")
         return cls(
@@ -183,12 +187,15 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        if self.kernel == "native":
+        if self.kernel in NATIVE:
             xf, mod = x2.float().contiguous(), _native()
+            q8a = self.kernel == "native_q8a"
             if self.fmt == "int4":
-                y = mod.q4_linear(xf, self.nib, self.scale, self.offset)
+                y = (mod.q4_linear_q8a if q8a else mod.q4_linear)(
+                    xf, self.nib, self.scale, self.offset
+                )
             else:
-                y = mod.q8_linear(xf, self.qweight, self.scales)
+                y = (mod.q8_linear_q8a if q8a else mod.q8_linear)(xf, self.qweight, self.scales)
         elif self.fmt in FLOATS:
             if self.kernel == "onednn":
                 y = torch.ops.mkldnn._linear_pointwise(
@@ -216,7 +223,7 @@ class Linear(nn.Module):
     def dequantized(self) -> torch.Tensor:
         """The weight as the kernel applies it, (out, in) float32 (tests and drafters)."""
         o, i = self.out_features, self.in_features
-        if self.kernel == "native":
+        if self.kernel in NATIVE:
             if self.fmt == "int4":
                 lo, hi = self.nib & 0x0F, self.nib >> 4
                 q = torch.cat(

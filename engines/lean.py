@@ -23,7 +23,7 @@ from torch.nn import functional as F
 
 from engines.base import Engine, Out
 from engines.cache import StaticCache
-from engines.formats import Linear
+from engines.formats import NATIVE, Linear
 
 SUPPORTED = ("llama", "mistral", "qwen2")
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")
@@ -106,6 +106,7 @@ class Block(nn.Module):
         self.register_buffer("norm_post", norm_post, persistent=False)
         self.nh, self.nkv, self.hd, self.eps = heads, kv_heads, head_dim, eps
         self._layer_args = None  # engines.native's layer_ arguments, built on first use
+        self._q8a = False  # whether they run on native_q8a (int8 activations)
 
     def forward(self, x, cos, sin, kc, vc, start: int, mask):
         """x (B, n, H); cos/sin (B, n, hd); kc/vc (B, kv, cap, hd) this layer's cache;
@@ -142,7 +143,10 @@ class Block(nn.Module):
             from engines.native import layer_call
 
             lins = (self.wqkv, self.wo, self.wgu, self.wd)
-            ok = layer_call() and all(x.kernel == "native" and x.bias is None for x in lins)
+            kinds = {x.kernel for x in lins}
+            ok = layer_call() and len(kinds) == 1 and kinds <= set(NATIVE)
+            ok = ok and all(x.bias is None for x in lins)
+            self._q8a = kinds == {"native_q8a"}
             self._layer_args = (
                 [
                     [x.nib, x.scale, x.offset] if x.fmt == "int4" else [x.qweight, x.scales]
@@ -161,7 +165,7 @@ class Block(nn.Module):
         nh, nkv, hd = self.nh, self.nkv, self.hd
         weights = self.native_weights()
         if weights:
-            args = (kc, vc, start, cos[0], sin[0], mask, nh, nkv, hd, self.eps)
+            args = (kc, vc, start, cos[0], sin[0], mask, nh, nkv, hd, self.eps, self._q8a)
             nat.layer_(x[0], self.norm_in, self.norm_post, *weights, *args)
             return x
         n = x.shape[1]

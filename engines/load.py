@@ -12,7 +12,9 @@
     kernel   auto   float32 weights on a CPU: MKL's F.linear or oneDNN on prepacked weights,
                     whichever runs this model's projection shapes faster here (1 and 8 rows);
                     int8/int4 on a CPU: our native kernels (engines.native) where they build,
-                    else torch's; anything else: torch's (aten).
+                    else torch's; anything else: torch's (aten). native_q8a (asked for only):
+                    the native kernels with the activations quantized to int8 per block of 32,
+                    as llama.cpp's CPU kernels do (other numbers: a target of its own).
 Every choice and the timings behind it are returned as `choice` and land in env.json,
 config.yaml and the summary rows.
 """
@@ -31,7 +33,7 @@ from groundfloor.errors import UserError
 ENGINES = ("auto", "hf", "lean")
 WEIGHTS = ("auto",) + FORMATS
 DTYPES = ("auto",) + tuple(FLOATS)
-KERNELS = ("auto", "aten", "onednn", "native")
+KERNELS = ("auto", "aten", "onednn", "native", "native_q8a")
 
 
 def native_dtypes(device: torch.device) -> list[str]:
@@ -180,15 +182,17 @@ def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[st
             f"model.kernel=onednn runs float32 weights on a CPU, not "
             f"{weights} on {torch.device(device).type}; use model.kernel=auto"
         )
-    if kernel == "native":
+    if kernel in ("native", "native_q8a"):
         if not (cpu and weights in ("int8", "int4")):
             raise UserError(
-                f"model.kernel=native runs int8/int4 weights on a CPU, not "
+                f"model.kernel={kernel} runs int8/int4 weights on a CPU, not "
                 f"{weights} on {torch.device(device).type}; use model.kernel=auto"
             )
         mod, why = kernels()
         if mod is None:
-            raise UserError(f"model.kernel=native: the native kernels {why}; use model.kernel=aten")
+            raise UserError(
+                f"model.kernel={kernel}: the native kernels {why}; use model.kernel=aten"
+            )
     if kernel != "auto":
         return kernel, {"reason": "asked for"}
     if cpu and weights in ("int8", "int4"):

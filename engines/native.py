@@ -8,7 +8,8 @@ cores) into $SPECSWEEP_KERNELS (default ~/.cache/specsweep-kernels), in a folder
 of the source, the flags and torch's version, and reused afterwards: a built module is imported
 as it is, so another checkout of the same source (a clean clone, CI) does not rebuild it.
 With AVX-512 it is built for AVX-512 (the products' same operations in the same order, two
-halves per instruction: bit-identical to the AVX2 build), with AVX2 and FMA for AVX2, otherwise
+halves per instruction: bit-identical to the AVX2 build; with VNNI where the CPU has it, for the
+int8-activation products of model.kernel=native_q8a), with AVX2 and FMA for AVX2, otherwise
 as portable C++; SPECSWEEP_ISA=avx2|portable asks for a narrower build (to compare them on one
 machine); SPECSWEEP_LAYER_CALL=0 runs the lean forward's layers op by op instead of one call
 each. Where no compiler is available the engine falls back to torch's own int4/int8
@@ -30,6 +31,7 @@ _STATE: dict = {}
 
 AVX2 = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 FLAGS = {"avx512": [*AVX2, "-mavx512f"], "avx2": AVX2, "portable": ["-O3", "-fopenmp"]}
+VNNI = ["-mavx512bw", "-mavx512vnni"]  # native_q8a's integer products, where the CPU has them
 ORDER = ("avx512", "avx2", "portable")  # widest first
 
 
@@ -42,6 +44,12 @@ def supported() -> list[str]:
         if "avx512f" in flags:
             ok.add("avx512")
     return [k for k in ORDER if k in ok]
+
+
+def vnni() -> bool:
+    """Whether the AVX-512 build also gets the 512-bit integer dot products (VNNI, BW) that
+    model.kernel=native_q8a uses; without them it multiplies its integers 256 bits at a time."""
+    return {"avx512bw", "avx512_vnni"} <= cpu_flags()
 
 
 def _kind() -> str:
@@ -80,7 +88,7 @@ def build(kind: str):
     import torch
     from torch.utils.cpp_extension import load
 
-    cflags = FLAGS[kind]
+    cflags = FLAGS[kind] + (VNNI if kind == "avx512" and vnni() else [])
     key = hashlib.sha256(
         SOURCE.read_bytes() + " ".join([kind, *cflags, torch.__version__]).encode()
     ).hexdigest()[:12]

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -298,6 +299,326 @@ torch::Tensor q8_linear(torch::Tensor x, torch::Tensor q, torch::Tensor scale) {
   return run(Q8{q.data_ptr<int8_t>(), scale.data_ptr<float>(), K}, x, N, K);
 }
 
+// ---- int8 activations (model.kernel=native_q8a) --------------------------------------------
+// llama.cpp's scheme: each input row is quantized per block of 32, d = amax/127,
+// q = round(x/d) (to nearest, ties to even), s = d·Σq; then per block the weights' integers and
+// the activations' multiply as integers and are scaled once:
+//   q4:  y = Σ_b dw·dx·Σ_j qw_j·qx_j + Σ_b mw·s        (w = dw·qw + mw, qw ∈ 0..15)
+//   q8:  y = Σ_b dw·dx·Σ_j qw_j·qx_j                   (w = dw·qw, qw int8)
+// Different numbers from the float32-activation kernels above (hence its own kernel value), and
+// again one fixed order per y[m, n] whatever the number of rows: lane i of a block's integer sum
+// holds its bytes 4i..4i+3, even blocks accumulate into a0 and odd ones into a1 (AVX-512: the
+// low and high halves of one register, two blocks per instruction), y = finish(a0, a1) + the
+// offsets' sum taken block by block. The AVX2, AVX-512 and portable builds give the same bits.
+
+namespace {
+
+struct XQ {  // the quantized input rows
+  const int8_t* q; const float* d; const float* s; const float* d8; int64_t K, nb;
+};
+
+// d8: each block's d repeated 8 times (the AVX-512 products read two blocks' scales at once).
+// The vector and scalar paths give the same bytes: |x|'s maximum, one division, x·(1/d) rounded
+// to nearest even (the default rounding of cvtps_epi32 and of nearbyint).
+void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s,
+                   float* d8) {
+  const int64_t nb = K / BLOCK;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* p = x + m * K + b * BLOCK;
+      int8_t* out = q + m * K + b * BLOCK;
+#ifdef SPECSWEEP_AVX2
+      const __m256 sign = _mm256_set1_ps(-0.0f);
+      __m256 v[4];
+      for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(p + 8 * j);
+      __m256 mx = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
+      mx = _mm256_max_ps(mx, _mm256_max_ps(_mm256_andnot_ps(sign, v[2]),
+                                           _mm256_andnot_ps(sign, v[3])));
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+      const float amax = _mm_cvtss_f32(h);
+      const float dd = amax / 127.0f;
+      const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+      const __m256 idv = _mm256_set1_ps(id);
+      __m256i iv[4];
+      for (int j = 0; j < 4; ++j) iv[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], idv));
+      const __m256i sum4 =
+          _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
+      __m128i t = _mm_add_epi32(_mm256_castsi256_si128(sum4), _mm256_extracti128_si256(sum4, 1));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+      const int32_t sum = _mm_cvtsi128_si32(t);
+      // packs interleave the 128-bit lanes; the permutation puts the 32 bytes back in order
+      const __m256i b16 =
+          _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+      const __m256i bytes =
+          _mm256_permutevar8x32_epi32(b16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
+#else
+      float amax = 0.0f;
+      for (int j = 0; j < BLOCK; ++j) amax = std::max(amax, std::fabs(p[j]));
+      const float dd = amax / 127.0f;
+      const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+      int32_t sum = 0;
+      for (int j = 0; j < BLOCK; ++j) {
+        const int32_t v = static_cast<int32_t>(std::nearbyint(p[j] * id));
+        out[j] = static_cast<int8_t>(v);
+        sum += v;
+      }
+#endif
+      d[m * nb + b] = dd;
+      s[m * nb + b] = dd * static_cast<float>(sum);
+      for (int j = 0; j < 8; ++j) d8[(m * nb + b) * 8 + j] = dd;
+    }
+}
+
+// Per block: 8 lanes of integer sums (lane i: bytes 4i..4i+3), scaled and accumulated.
+#ifdef SPECSWEEP_AVX2
+inline __m256i q4_bytes(const Q4& w, int64_t n, int64_t b) {  // 32 weights, natural order
+  const __m128i bytes =
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.nib + n * (w.K / 2) + b * 16));
+  const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
+  return _mm256_set_m128i(hi, lo);
+}
+
+// One block of row n against MM input rows; `odd` picks the accumulator.
+template <int MM, typename W>
+inline void q8a_block(const W& w, int64_t n, int64_t b, const XQ& x, __m256 a[2][MM]) {
+  const int64_t nb = x.nb;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i wv, wq;
+  if constexpr (std::is_same_v<W, Q4>) {
+    wv = q4_bytes(w, n, b);
+  } else {
+    wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q + n * w.K + b * BLOCK));
+    wv = _mm256_sign_epi8(wq, wq);  // |w| as unsigned bytes; the sign moves to x
+  }
+  const float dw = w.scale[n * nb + b];
+  for (int m = 0; m < MM; ++m) {
+    __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + m * x.K + b * BLOCK));
+    if constexpr (!std::is_same_v<W, Q4>) xv = _mm256_sign_epi8(xv, wq);
+    const __m256i is = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
+    const __m256 sc = _mm256_set1_ps(dw * x.d[m * nb + b]);
+    a[b & 1][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), sc, a[b & 1][m]);
+  }
+}
+#else
+template <int MM, typename W>
+inline void q8a_block(const W& w, int64_t n, int64_t b, const XQ& x, Vec a[2][MM]) {
+  const int64_t nb = x.nb;
+  int32_t qw[BLOCK];
+  if constexpr (std::is_same_v<W, Q4>) {
+    const uint8_t* p = w.nib + n * (w.K / 2) + b * 16;
+    for (int j = 0; j < 16; ++j) { qw[j] = p[j] & 0x0F; qw[16 + j] = p[j] >> 4; }
+  } else {
+    for (int j = 0; j < BLOCK; ++j) qw[j] = w.q[n * w.K + b * BLOCK + j];
+  }
+  const float dw = w.scale[n * nb + b];
+  for (int m = 0; m < MM; ++m) {
+    const int8_t* xq = x.q + m * x.K + b * BLOCK;
+    const float sc = dw * x.d[m * nb + b];
+    for (int i = 0; i < 8; ++i) {
+      int32_t is = 0;
+      for (int j = 4 * i; j < 4 * i + 4; ++j) is += qw[j] * xq[j];
+      a[b & 1][m].v[i] = std::fma(static_cast<float>(is), sc, a[b & 1][m].v[i]);
+    }
+  }
+}
+#endif
+
+// The offsets' sum for row n, block by block (q4 only).
+template <typename W>
+inline float q8a_offsets(const W& w, int64_t n, const XQ& x, int m) {
+  if constexpr (std::is_same_v<W, Q4>) {
+    float o = 0.0f;
+    for (int64_t b = 0; b < x.nb; ++b)
+      o = std::fma(w.offset[n * x.nb + b], x.s[m * x.nb + b], o);
+    return o;
+  } else {
+    return 0.0f;
+  }
+}
+
+template <int MM, typename W>
+void q8a_fused(const W& w, int64_t n0, int64_t rows, const XQ& x, float* y, int64_t N) {
+  for (int64_t r = 0; r < rows; ++r) {
+    Vec a[2][MM];
+    for (int m = 0; m < MM; ++m) a[0][m] = a[1][m] = vzero();
+    for (int64_t b = 0; b < x.nb; ++b) q8a_block<MM>(w, n0 + r, b, x, a);
+    for (int m = 0; m < MM; ++m)
+      y[m * N + n0 + r] = finish(a[0][m], a[1][m]) + q8a_offsets(w, n0 + r, x, m);
+  }
+}
+
+#if defined(SPECSWEEP_AVX512) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define SPECSWEEP_VNNI 1
+// Two blocks per instruction: lanes 0-7 block b (a0), lanes 8-15 block b + 1 (a1).
+inline __m512 pair_scale(const float* p) {  // [p[0] ×8 | p[1] ×8]
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(p[0])),
+                                             _mm256_castps_pd(_mm256_set1_ps(p[1])), 1));
+}
+
+template <int MM, int RR, typename W>
+void q8a_wide(const W& w, int64_t n0, const XQ& x, float* y, int64_t N) {
+  const int64_t nb = x.nb, K = x.K;
+  __m512 acc[RR][MM];
+  for (int r = 0; r < RR; ++r)
+    for (int m = 0; m < MM; ++m) acc[r][m] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b += 2) {
+    for (int r = 0; r < RR; ++r) {
+      const int64_t n = n0 + r;
+      __m512i wv;
+      __mmask64 neg = 0;
+      if constexpr (std::is_same_v<W, Q4>) {
+        const __m256i nib =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.nib + n * (K / 2) + b * 16));
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        const __m256i lo = _mm256_and_si256(nib, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(nib, 4), m4);
+        // [b.lo, b1.lo, b.hi, b1.hi] → [b.lo, b.hi, b1.lo, b1.hi]: both blocks in natural order
+        wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        wv = _mm512_shuffle_i64x2(wv, wv, _MM_SHUFFLE(3, 1, 2, 0));
+      } else {
+        const __m512i wq = _mm512_loadu_si512(w.q + n * K + b * BLOCK);
+        neg = _mm512_movepi8_mask(wq);
+        wv = _mm512_abs_epi8(wq);
+      }
+      const __m512 dw = pair_scale(w.scale + n * nb + b);
+      for (int m = 0; m < MM; ++m) {
+        __m512i xv = _mm512_loadu_si512(x.q + m * K + b * BLOCK);
+        if constexpr (!std::is_same_v<W, Q4>)
+          xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+        const __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
+        const __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(x.d8 + (m * nb + b) * 8));
+        acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), sc, acc[r][m]);
+      }
+    }
+  }
+  for (int r = 0; r < RR; ++r)
+    for (int m = 0; m < MM; ++m)
+      y[m * N + n0 + r] = finish_wide(acc[r][m]) + q8a_offsets(w, n0 + r, x, m);
+}
+
+template <int MM, typename W>
+void q8a_rows_wide(const W& w, int64_t n0, int64_t rows, const XQ& x, float* y, int64_t N) {
+  constexpr int RR = MM <= 4 ? 4 : MM <= 8 ? 2 : 1;
+  int64_t r = 0;
+  for (; r + RR <= rows; r += RR) q8a_wide<MM, RR>(w, n0 + r, x, y, N);
+  for (; r < rows; ++r) q8a_wide<MM, 1>(w, n0 + r, x, y, N);
+}
+#endif
+
+XQ chunk(const XQ& x, int64_t m0) {
+  return XQ{x.q + m0 * x.K, x.d + m0 * x.nb, x.s + m0 * x.nb, x.d8 + m0 * x.nb * 8, x.K, x.nb};
+}
+
+template <typename W>
+void q8a_tile(const W& w, int64_t n0, int64_t rows, const XQ& x, int64_t M, float* y,
+              int64_t N) {
+#ifdef SPECSWEEP_VNNI
+  if (x.nb % 2 == 0) {
+    for (int64_t m0 = 0; m0 < M; m0 += MAX_M_WIDE) {
+      const XQ xc = chunk(x, m0);
+      float* yc = y + m0 * N;
+      switch (std::min(MAX_M_WIDE, M - m0)) {
+        case 1: q8a_rows_wide<1>(w, n0, rows, xc, yc, N); break;
+        case 2: q8a_rows_wide<2>(w, n0, rows, xc, yc, N); break;
+        case 3: q8a_rows_wide<3>(w, n0, rows, xc, yc, N); break;
+        case 4: q8a_rows_wide<4>(w, n0, rows, xc, yc, N); break;
+        case 5: q8a_rows_wide<5>(w, n0, rows, xc, yc, N); break;
+        case 6: q8a_rows_wide<6>(w, n0, rows, xc, yc, N); break;
+        case 7: q8a_rows_wide<7>(w, n0, rows, xc, yc, N); break;
+        case 8: q8a_rows_wide<8>(w, n0, rows, xc, yc, N); break;
+        case 9: q8a_rows_wide<9>(w, n0, rows, xc, yc, N); break;
+        case 10: q8a_rows_wide<10>(w, n0, rows, xc, yc, N); break;
+        case 11: q8a_rows_wide<11>(w, n0, rows, xc, yc, N); break;
+        default: q8a_rows_wide<12>(w, n0, rows, xc, yc, N); break;
+      }
+    }
+    return;
+  }
+#endif
+  for (int64_t m0 = 0; m0 < M; m0 += MAX_M) {
+    const XQ xc = chunk(x, m0);
+    float* yc = y + m0 * N;
+    switch (std::min(MAX_M, M - m0)) {
+      case 1: q8a_fused<1>(w, n0, rows, xc, yc, N); break;
+      case 2: q8a_fused<2>(w, n0, rows, xc, yc, N); break;
+      case 3: q8a_fused<3>(w, n0, rows, xc, yc, N); break;
+      case 4: q8a_fused<4>(w, n0, rows, xc, yc, N); break;
+      case 5: q8a_fused<5>(w, n0, rows, xc, yc, N); break;
+      case 6: q8a_fused<6>(w, n0, rows, xc, yc, N); break;
+      case 7: q8a_fused<7>(w, n0, rows, xc, yc, N); break;
+      default: q8a_fused<8>(w, n0, rows, xc, yc, N); break;
+    }
+  }
+}
+
+template <typename W>
+torch::Tensor run_q8a(const W& w, const torch::Tensor& x, int64_t N, int64_t K) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x must be a contiguous float32 (M, K) tensor");
+  TORCH_CHECK(x.size(1) == K && K % BLOCK == 0, "x's K must match the weights and divide by 32");
+  const int64_t M = x.size(0), nb = K / BLOCK;
+  // the quantized rows, in buffers kept from call to call (no allocation once grown)
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> d, s, d8;
+  q.resize(M * K);
+  d.resize(M * nb);
+  s.resize(M * nb);
+  d8.resize(M * nb * 8);
+  quantize_rows(x.data_ptr<float>(), M, K, q.data(), d.data(), s.data(), d8.data());
+  const XQ xq{q.data(), d.data(), s.data(), d8.data(), K, nb};
+  auto y = torch::empty({M, N}, x.options());
+  float* yp = y.data_ptr<float>();
+  const int64_t tiles = (N + ROWS - 1) / ROWS;
+  at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n0 = t * ROWS;
+      q8a_tile(w, n0, std::min(ROWS, N - n0), xq, M, yp, N);
+    }
+  });
+  return y;
+}
+
+}  // namespace
+
+torch::Tensor q4_linear_q8a(torch::Tensor x, torch::Tensor nib, torch::Tensor scale,
+                            torch::Tensor offset) {
+  TORCH_CHECK(nib.scalar_type() == torch::kUInt8 && nib.is_contiguous() && nib.dim() == 2,
+              "nib: contiguous uint8 (N, K/2)");
+  const int64_t N = nib.size(0), K = nib.size(1) * 2;
+  check_scale(scale, N, K);
+  check_scale(offset, N, K);
+  return run_q8a(
+      Q4{nib.data_ptr<uint8_t>(), scale.data_ptr<float>(), offset.data_ptr<float>(), K}, x, N, K);
+}
+
+torch::Tensor q8_linear_q8a(torch::Tensor x, torch::Tensor q, torch::Tensor scale) {
+  TORCH_CHECK(q.scalar_type() == torch::kInt8 && q.is_contiguous() && q.dim() == 2,
+              "q: contiguous int8 (N, K)");
+  const int64_t N = q.size(0), K = q.size(1);
+  check_scale(scale, N, K);
+  return run_q8a(Q8{q.data_ptr<int8_t>(), scale.data_ptr<float>(), K}, x, N, K);
+}
+
+// The input rows as native_q8a quantizes them: (q int8 (M, K), d (M, K/32), s (M, K/32)).
+std::vector<torch::Tensor> quantize_q8a(torch::Tensor x) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x must be a contiguous float32 (M, K) tensor");
+  const int64_t M = x.size(0), K = x.size(1), nb = K / BLOCK;
+  TORCH_CHECK(K % BLOCK == 0, "x's K must divide by 32");
+  auto q = torch::empty({M, K}, x.options().dtype(torch::kInt8));
+  auto d = torch::empty({M, nb}, x.options());
+  auto s = torch::empty({M, nb}, x.options());
+  std::vector<float> d8(M * nb * 8);
+  quantize_rows(x.data_ptr<float>(), M, K, q.data_ptr<int8_t>(), d.data_ptr<float>(),
+                s.data_ptr<float>(), d8.data());
+  return {q, d, s};
+}
+
 // ---- per-row layer ops (one thread each: these tensors are a few KB) -----------------------
 // Each output row depends only on its own input row, with a fixed order of operations, as
 // for the matrix products above. They replace chains of small torch ops (an RMS norm is six,
@@ -399,7 +720,8 @@ void rope_(torch::Tensor x, int64_t heads, int64_t hd, torch::Tensor cos, torch:
 namespace {
 
 // A projection's tensors: {nib, scale, offset} for q4 blocks, {q, scale} for q8.
-torch::Tensor project(const torch::Tensor& x, const std::vector<torch::Tensor>& w) {
+torch::Tensor project(const torch::Tensor& x, const std::vector<torch::Tensor>& w, bool q8a) {
+  if (q8a) return w.size() == 3 ? q4_linear_q8a(x, w[0], w[1], w[2]) : q8_linear_q8a(x, w[0], w[1]);
   return w.size() == 3 ? q4_linear(x, w[0], w[1], w[2]) : q8_linear(x, w[0], w[1]);
 }
 
@@ -411,9 +733,10 @@ void layer_(torch::Tensor x, torch::Tensor norm_in, torch::Tensor norm_post,
             std::vector<torch::Tensor> wqkv, std::vector<torch::Tensor> wo,
             std::vector<torch::Tensor> wgu, std::vector<torch::Tensor> wd, torch::Tensor kc,
             torch::Tensor vc, int64_t start, torch::Tensor cos, torch::Tensor sin,
-            c10::optional<torch::Tensor> mask, int64_t nh, int64_t nkv, int64_t hd, double eps) {
+            c10::optional<torch::Tensor> mask, int64_t nh, int64_t nkv, int64_t hd, double eps,
+            bool q8a) {
   const int64_t n = x.size(0);
-  auto qkv = project(rms_norm(x, norm_in, eps), wqkv);  // (n, (nh + 2 nkv) hd)
+  auto qkv = project(rms_norm(x, norm_in, eps), wqkv, q8a);  // (n, (nh + 2 nkv) hd)
   rope_(qkv, nh + nkv, hd, cos, sin);
   kc.select(0, 0).slice(1, start, start + n).copy_(
       qkv.slice(1, nh * hd, (nh + nkv) * hd).view({n, nkv, hd}).transpose(0, 1));
@@ -423,9 +746,9 @@ void layer_(torch::Tensor x, torch::Tensor norm_in, torch::Tensor norm_post,
   auto o = at::scaled_dot_product_attention(q, kc.slice(2, 0, start + n),
                                             vc.slice(2, 0, start + n), mask, 0.0, false,
                                             c10::nullopt, nh != nkv);
-  auto h = add_rms_norm_(x, project(o.transpose(1, 2).reshape({n, nh * hd}), wo), norm_post, eps);
-  auto gu = project(h, wgu).chunk(2, -1);
-  x.add_(project(at::silu(gu[0]) * gu[1], wd));
+  auto h = add_rms_norm_(x, project(o.transpose(1, 2).reshape({n, nh * hd}), wo, q8a), norm_post, eps);
+  auto gu = project(h, wgu, q8a).chunk(2, -1);
+  x.add_(project(at::silu(gu[0]) * gu[1], wd, q8a));
 }
 
 bool vectorized() {
@@ -437,7 +760,9 @@ bool vectorized() {
 }
 
 std::string isa() {
-#if defined(SPECSWEEP_AVX512)
+#if defined(SPECSWEEP_VNNI)
+  return "avx512+vnni";
+#elif defined(SPECSWEEP_AVX512)
   return "avx512";
 #elif defined(SPECSWEEP_AVX2)
   return "avx2";
@@ -449,6 +774,9 @@ std::string isa() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("q4_linear", &q4_linear, "y = x Wᵀ for q4 blocks (float32 x, y)");
   m.def("q8_linear", &q8_linear, "y = x Wᵀ for q8 blocks (float32 x, y)");
+  m.def("q4_linear_q8a", &q4_linear_q8a, "y = x Wᵀ for q4 blocks, x quantized per block (int8)");
+  m.def("q8_linear_q8a", &q8_linear_q8a, "y = x Wᵀ for q8 blocks, x quantized per block (int8)");
+  m.def("quantize_q8a", &quantize_q8a, "x per block of 32: (q, d, s = d·Σq)");
   m.def("rms_norm", &rms_norm, "w · x / sqrt(mean(x²) + eps) per row");
   m.def("add_rms_norm_", &add_rms_norm_, "x += r; rms_norm(x)");
   m.def("rope_", &rope_, "rotary embedding in place");
