@@ -283,3 +283,19 @@ def test_each_cell_reports_its_time_outside_the_measured_turns_and_the_sweeps_to
     assert first.startswith("outside the measured turns: 3.5 s (engine_load 2.0 s, warmup 1.5 s)")
     second = cli.outside_line({"engine_load": 0.1, "warmup": 1.0})
     assert "this sweep so far 4.6 s (engine_load 2.1 s, warmup 2.5 s)" in second
+
+
+def test_engine_check_configs_name_dtype_kernel_and_compile():
+    from bench.engine_check import parse
+
+    c = parse("lean:int4:native_q8a")
+    assert (c["weights"], c["dtype"], c["kernel"], c["compile"]) == (
+        "int4",
+        "float32",
+        "native_q8a",
+        False,
+    )
+    c = parse("hf:bfloat16:compile")
+    assert (c["dtype"], c["kernel"], c["compile"]) == ("bfloat16", "auto", True)
+    with pytest.raises(SystemExit, match="engine:weights"):
+        parse("vllm:int4")
