@@ -24,9 +24,9 @@ Trees score nodes instead: a node's reach probability ŝ (its path's draft proba
 per-depth calibration λ_depth fitted from the accepted paths), and the round keeps the n best
 (a prefix-closed choice) maximising (1 + Σ ŝ)/T(n). Learned drafters stop extending early when the
 next step's expected gain (its reach times its calibrated confidence) cannot raise E/T, and a tree
-drafter skips drafting (a plain round) while its recent rounds' expected gain is below a plain
-step's, drafting again after PROBE_EVERY such rounds (the same doubling wait), a probe's
-gain replacing the stale running mean.
+drafter skips drafting (a plain round) while its recent rounds' realized gain (the tokens they
+yielded per modelled second) is below a plain step's, drafting again after PROBE_EVERY such
+rounds (the same doubling wait), a probe's gain replacing the stale running mean.
 
 The choice for a round reads only earlier rounds and this round's draft, never the target's
 verdict on it, so every accept rule stays lossless (tests/test_adaptive.py checks the law at T=1).
@@ -352,12 +352,16 @@ def draft_costs(turns) -> tuple[float, float]:
 
 class Gain:
     """Whether a learned drafter should draft at all this round (before its first step): the
-    recent drafted rounds' expected tokens per second over a plain step's, a running mean;
-    below 1, rounds are plain until a probe is due (Probes), and a probe's gain replaces the
-    mean (the rounds behind it are stale)."""
+    recent drafted rounds' realized tokens per modelled second over a plain step's, a running
+    mean; below 1, rounds are plain until a probe is due (Probes), and a probe's gain replaces
+    the mean (the rounds behind it are stale). Realized, not expected: a round's gain is read
+    after its verify from the tokens it yielded (1 + accepted) over T(n) for the nodes it
+    verified and the steps it drafted, so a drafter whose calibrated estimates run high still
+    switches itself off when its rounds do not pay."""
 
     def __init__(self):
         self.gain, self.probes, self.probing = GAIN_START, Probes(), False
+        self.pending = None  # (nodes verified, drafter steps, costs) of the round in flight
 
     def skip(self) -> bool:
         self.probing = self.gain < 1.0 and self.probes.due()
@@ -367,9 +371,17 @@ class Gain:
         self.probes.plain()
         return True
 
-    def note(self, est_sorted: list[float], n: int, steps: int, costs: Costs) -> None:
-        """A drafted round's expected gain: (1 + Σ_{i<n} ŝ_i)/T(n) ÷ 1/T(0)."""
-        g = (1.0 + sum(est_sorted[:n])) / costs.round(n, steps) * costs.round(0, 0)
+    def note(self, n: int, steps: int, costs: Costs) -> None:
+        """A drafted round's plan: n nodes to verify after `steps` drafter steps."""
+        self.pending = (n, steps, costs)
+
+    def realized(self, accepted: int) -> None:
+        """After the verify: the round's gain (1 + accepted)/T(n) ÷ 1/T(0) joins the mean."""
+        if self.pending is None:
+            return
+        n, steps, costs = self.pending
+        self.pending = None
+        g = (1.0 + accepted) / costs.round(n, steps) * costs.round(0, 0)
         self.gain = g if self.probing else GAIN_MEAN * self.gain + (1 - GAIN_MEAN) * g
 
 
@@ -395,8 +407,8 @@ class TreeChooser(Policy):
     def skip(self) -> bool:
         return self.gains.skip()
 
-    def note(self, est_sorted: list[float], n: int, steps: int) -> None:
-        self.gains.note(est_sorted, n, steps, self.costs)
+    def note(self, n: int, steps: int) -> None:
+        self.gains.note(n, steps, self.costs)
 
     def lam(self, depth: int) -> float:
         d = min(depth, self.max_depth)
@@ -434,6 +446,7 @@ class TreeChooser(Policy):
         return best_then > now
 
     def learn(self, proposal, acc) -> None:
+        self.gains.realized(acc.n_draft_accepted)
         if proposal.reach is None or not len(proposal.tokens):
             return
         depth = proposal.layout.depth
@@ -490,10 +503,11 @@ class NodeRates(Policy):
         order = sorted(ids, key=lambda i: (-est[i], self.depth[i], i))[: self.max_nodes]
         ranked = [est[i] for i in order]
         n = best_prefix(ranked, self.costs, steps)
-        self.gains.note(ranked, n, steps, self.costs)
+        self.gains.note(n, steps, self.costs)
         return sorted(order[:n])
 
     def learn(self, proposal, acc) -> None:
+        self.gains.realized(acc.n_draft_accepted)
         nodes = proposal.nodes  # the template ids of the verified nodes
         if nodes is None:
             return

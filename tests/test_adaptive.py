@@ -83,18 +83,43 @@ def test_a_learned_tree_drafter_skips_rounds_that_do_not_pay():
     g = adaptive.Gain()
     assert not g.skip()  # optimistic at first: it drafts
     costs = adaptive.Costs(CPU, step_s=0.004)
-    for _ in range(20):  # rounds whose best tree barely adds anything over their cost
-        g.note([0.01, 0.01], 2, 3, costs)
+
+    def round_(n, steps, accepted):
+        g.note(n, steps, costs)
+        g.realized(accepted)
+
+    for _ in range(20):  # rounds that verify 2 nodes after 3 steps and yield nothing drafted
+        round_(2, 3, 0)
     assert g.gain < 1
     plain = [g.skip() for _ in range(adaptive.PROBE_EVERY + 1)]
     assert plain[: adaptive.PROBE_EVERY] == [True] * adaptive.PROBE_EVERY
     assert plain[adaptive.PROBE_EVERY] is False  # a probe drafts, and measures again
-    g.note([0.01], 1, 1, costs)  # the probe did not pay: the next one waits twice as long
+    round_(1, 1, 0)  # the probe did not pay: the next one waits twice as long
     plain = [g.skip() for _ in range(2 * adaptive.PROBE_EVERY + 1)]
     assert plain == [True] * (2 * adaptive.PROBE_EVERY) + [False]
-    g.note([0.9, 0.8, 0.7], 3, 1, costs)  # this probe pays: its gain replaces the stale mean
+    round_(3, 1, 3)  # this probe pays: its gain replaces the stale mean
     assert g.gain > 1
     assert not g.skip()
+    g.realized(3)  # a plain round (nothing noted) leaves the mean alone
+    assert g.gain == pytest.approx(4 / costs.round(3, 1) * costs.round(0, 0))
+
+
+def test_the_skip_reads_realized_tokens_not_the_estimates():
+    """A drafter whose estimates promise much but whose rounds yield nothing switches off."""
+    tc = adaptive.TreeChooser(max_nodes=8, max_depth=4)
+    tc.calibrate(CPU, step_s=0.003)
+
+    class P:
+        reach, tokens = None, []
+
+    class A:
+        n_draft_accepted = 0
+
+    for _ in range(15):
+        assert tc.size([0.95, 0.9, 0.85, 0.8], 2) > 0  # the estimates say: verify a tree
+        tc.note(4, 2)
+        tc.learn(P(), A())
+    assert tc.gains.gain < 1 and tc.skip()
 
 
 def test_a_run_of_plain_rounds_probes_again_ever_less_often():
@@ -192,6 +217,7 @@ def test_node_rates_prune_a_fixed_tree_to_what_is_accepted():
 
     class A:
         seen = ([0, 2, 4], None, None)  # (proposal nodes on the accepted path, …)
+        n_draft_accepted = 3
 
     for _ in range(100):
         nr.learn(P, A)
