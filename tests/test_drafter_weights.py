@@ -93,7 +93,9 @@ def test_medusa_and_draft_model_in_int8_stay_exact(target, tmp_path):
     )
     ctx = int8_ctx(target)
     md = build_method(
-        method_config("medusa", {"heads": str(tmp_path / "heads"), "draft_vocab": 64}), ctx
+        # the whole tree every round (k=None): k=auto would switch these random heads off
+        method_config("medusa", {"heads": str(tmp_path / "heads"), "draft_vocab": 64, "k": None}),
+        ctx,
     )
     dm = build_method(method_config("draft", {"model": str(tmp_path / "draft"), "k": 3}), ctx)
     assert md.info["drafter_weights"] == "int8" and dm.info["drafter_weights"] == "int8"
