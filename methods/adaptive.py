@@ -430,20 +430,24 @@ class TreeChooser(Policy):
         """Nodes to verify from estimates sorted best first, the drafter's `steps` paid."""
         return best_prefix(est_sorted[: self.max_nodes], self.costs, steps)
 
-    def deeper(self, est_sorted: list[float], frontier: list[float], steps: int) -> bool:
-        """Early stop: can one more drafter step (its new nodes reaching at most `frontier`'s
-        estimates, the frontier's children being no likelier than their parents) raise E/T?"""
+    def deeper(self, est_sorted: list[float], frontier: list[float], steps: int) -> int:
+        """Early stop and frontier width: can one more drafter step (its new nodes reaching at
+        most `frontier`'s estimates, the frontier's children being no likelier than their
+        parents) raise E/T? Returns how many of the frontier's best nodes that step should
+        expand: the j whose j best bounds, added, would raise E/T the most (children of the
+        others could only join a tree that pays less); 0: stop here."""
         c = self.costs
         n = self.size(est_sorted, steps)
         e = 1.0 + sum(est_sorted[:n])
-        now = e / c.round(n, steps)
+        best, width = e / c.round(n, steps), 0
         gain = sorted(frontier, reverse=True)[: max(self.max_nodes - n, 0)]
-        best_then = 0.0
         e2 = e
         for j, g in enumerate(gain, 1):
             e2 += g
-            best_then = max(best_then, e2 / c.round(n + j, steps + 1))
-        return best_then > now
+            ratio = e2 / c.round(n + j, steps + 1)
+            if ratio > best:
+                best, width = ratio, j
+        return width
 
     def learn(self, proposal, acc) -> None:
         self.gains.realized(acc.n_draft_accepted)

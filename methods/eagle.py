@@ -300,7 +300,8 @@ class Eagle(TreeMethod):
     def draft_auto(self, state) -> TreeProposal:
         """k=auto: expand while one more depth can raise expected tokens per second (the
         frontier's calibrated reach bounds what its children add: their probabilities sum to
-        at most 1), then verify the n best nodes, n maximising (1 + Σ ŝ)/T(n)
+        at most 1), each time only the frontier nodes whose children could raise it, then
+        verify the n best nodes, n maximising (1 + Σ ŝ)/T(n)
         (methods.adaptive.TreeChooser). Every node's ŝ comes from the draft alone."""
         head, cache, auto = self.head, state.aux["head_cache"], self.auto
         dev = state.ids.device
@@ -328,8 +329,14 @@ class Eagle(TreeMethod):
         for d in range(1, self.depth):
             pool = torch.cat(est).sort(descending=True).values[: auto.max_nodes].tolist()
             bound = torch.minimum(f_score.exp() * auto.lam(d + 1), f_est).tolist()
-            if not auto.deeper(pool, bound, steps):
+            width = auto.deeper(pool, bound, steps)
+            if not width:
                 break
+            if width < len(bound):  # expand only the frontier nodes whose children could pay
+                pick = sorted(sorted(range(len(bound)), key=lambda i: -bound[i])[:width])
+                sel = torch.tensor(pick, device=dev)
+                frontier, f_tok, f_feat = frontier[sel], f_tok[sel], f_feat[sel]
+                f_score, f_est, f_par = f_score[sel], f_est[sel], [f_par[i] for i in pick]
             fr = frontier.tolist()
             t = len(cache) - base
             tree_allowed = torch.zeros(len(fr), t, dtype=torch.bool, device=dev)

@@ -201,7 +201,11 @@ def test_tree_size_reads_the_scores_and_calibration():
     n = t.size([0.9, 0.8, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02], 0)
     assert 2 <= n <= 6
     assert t.deeper([0.9, 0.8], [0.7, 0.1], 1)
-    assert not t.deeper([0.9, 0.8], [0.001, 0.001], 1)
+    assert t.deeper([0.9, 0.8], [0.001, 0.001], 1) == 0
+    # the frontier is cut to the nodes whose children could pay: an unlikely tail is not run
+    width = t.deeper([0.9, 0.8], [0.7, 0.6, 1e-4, 1e-4, 1e-4, 1e-4], 1)
+    assert 1 <= width <= 2
+    assert t.deeper([0.9, 0.8], [0.7] * 6, 1) >= width
     # children never rank before their parents, whatever λ says
     est = t.calibrated([0.5, 0.6], [-1, 0], [1, 2])
     assert est[1] <= est[0]
