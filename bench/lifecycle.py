@@ -17,6 +17,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench import cells
+from bench.interference import LoadProbe, Rules, interfered
 from engines.load import load
 from groundfloor.errors import UserError
 from groundfloor.prompting import encode
@@ -129,6 +130,34 @@ def fit_context(
     return kept, skipped
 
 
+def load_watched(spec: str, device, asked: dict, rules: Rules, tries: int = 2):
+    """`load` with the choices it times on the machine (model.dtype=auto among several native
+    dtypes, model.kernel=auto between torch's and oneDNN's products) watched for other work, as
+    turns are: a load that timed a choice while others took more than `rules.others` of the
+    machine is done again, up to `tries` times. The choice records what the last load saw
+    (`probe_load`), how many loads it took and, when the last one was still disturbed,
+    `probes_disturbed` (a warning line says so: a quiet machine may choose otherwise)."""
+    watch = LoadProbe(device=device)
+    for attempt in range(1, tries + 1):
+        watch.start()
+        target, choice = load(spec, device, **asked)
+        seen = watch.stop()
+        timed = "timed" in choice["dtype_probe"] or "seconds" in choice["kernel_probe"]
+        disturbed = timed and interfered(seen, rules)
+        if not disturbed:
+            break
+    choice.update(probe_load=seen, probe_loads=attempt, probes_disturbed=disturbed)
+    if disturbed:
+        print(
+            f"warning: other work took {seen.get('others_cpu')} of the machine (steal "
+            f"{seen.get('steal')}) while model.dtype/model.kernel=auto timed their choices, "
+            f"{attempt} times; dtype={choice['dtype']} kernel={choice['kernel']} may not be what "
+            "a quiet machine picks (set them explicitly to pin them)",
+            file=sys.stderr,
+        )
+    return target, choice
+
+
 def load_target(cfg, device, shared: dict | None = None) -> tuple[object, dict]:
     """The target engine the cell asks for → (engine, engine_choice). `shared` holds engines
     loaded by earlier cells of this process (a sweep), keyed by what was asked for: what belongs
@@ -149,7 +178,8 @@ def load_target(cfg, device, shared: dict | None = None) -> tuple[object, dict]:
         target, choice = shared[key]
         choice = {**choice, "shared_from_earlier_cell": True}
     else:
-        target, choice = load(str(cfg.model.target), device, **asked)
+        rules = Rules(float(cfg.disturb_ratio), float(cfg.disturb_others))
+        target, choice = load_watched(str(cfg.model.target), device, asked, rules)
         if shared is not None:
             shared[key] = (target, dict(choice))
     if needs and cfg.engine == "auto":

@@ -153,6 +153,34 @@ def test_judge_flags_disagreeing_repeats_and_interference():
     assert disturbed and quiet["method"] == [True, False]
 
 
+def test_timed_choices_under_a_hog_are_loaded_again_and_flagged(tiny_target_dir, capsys):
+    """model.kernel=auto times torch's and oneDNN's products while the engine loads: a load
+    beside a hog is done again and, still hogged, flagged with a warning; a load whose choices
+    were all asked for times nothing and has nothing to flag."""
+    from bench.lifecycle import load_watched
+
+    rules = interference.Rules(1.25, 0.25)
+    asked = dict(engine="lean", weights="float32", dtype="float32", compile=False)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 2)
+    ]
+    time.sleep(0.3)  # let them take the cores
+    try:
+        _, auto = load_watched(str(tiny_target_dir), "cpu", {**asked, "kernel": "auto"}, rules)
+        _, pinned = load_watched(str(tiny_target_dir), "cpu", {**asked, "kernel": "aten"}, rules)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert "seconds" in auto["kernel_probe"]  # it did time the kernels
+    assert auto["probe_load"]["others_cpu"] > 0.25
+    assert auto["probe_loads"] == 2 and auto["probes_disturbed"]
+    assert "may not be what a quiet machine picks" in capsys.readouterr().err
+    assert pinned["probe_load"]["others_cpu"] > 0.25
+    assert pinned["probe_loads"] == 1 and not pinned["probes_disturbed"]
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin one")
 def test_a_hog_on_the_jobs_own_cpu_reads_as_its_whole_capacity():
     """A job limited to one CPU of a larger machine: a hog on that CPU takes the job's whole
