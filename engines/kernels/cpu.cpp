@@ -136,14 +136,18 @@ struct Q8 {
 using Wide = __m512;
 
 inline void wide_block(const Q4& b, int64_t n, int64_t blk, Wide w[2]) {
+  // The block's 16 possible weights scale·i + offset (i = 0..15) computed once, by the same fma
+  // that expands each weight, then looked up by nibble: vpermps reads an index's low 4 bits, so
+  // the widened bytes index the low nibbles as they are and, shifted by 4, the high ones.
   const int64_t nb = b.K / BLOCK;
   const __m128i bytes =
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.nib + n * (b.K / 2) + blk * 16));
-  const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
-  const __m512 d = _mm512_set1_ps(b.scale[n * nb + blk]), m = _mm512_set1_ps(b.offset[n * nb + blk]);
-  w[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), d, m);
-  w[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), d, m);
+  const __m512i idx = _mm512_cvtepu8_epi32(bytes);
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 table = _mm512_fmadd_ps(iota, _mm512_set1_ps(b.scale[n * nb + blk]),
+                                       _mm512_set1_ps(b.offset[n * nb + blk]));
+  w[0] = _mm512_permutexvar_ps(idx, table);
+  w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), table);
 }
 
 inline void wide_block(const Q8& b, int64_t n, int64_t blk, Wide w[2]) {
@@ -161,7 +165,8 @@ inline float finish_wide(Wide a) {
   return finish(_mm512_castps512_ps256(a), hi);
 }
 
-// MM input rows × RR output rows from n0, every accumulator in a register.
+// MM input rows × RR output rows from n0, every accumulator in a register: per block, the RR
+// rows' weights are expanded first, then each input row's 32 values are loaded once for all RR.
 template <int MM, int RR, typename Block>
 void fused_wide(const Block& blk, int64_t n0, const float* x, int64_t K, float* y, int64_t N) {
   const int64_t nb = K / BLOCK;
@@ -169,13 +174,14 @@ void fused_wide(const Block& blk, int64_t n0, const float* x, int64_t K, float* 
   for (int r = 0; r < RR; ++r)
     for (int m = 0; m < MM; ++m) acc[r][m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    for (int r = 0; r < RR; ++r) {
-      Wide w[2];
-      wide_block(blk, n0 + r, b, w);
-      for (int m = 0; m < MM; ++m) {
-        const float* xm = x + m * K + b * BLOCK;
-        acc[r][m] = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(xm), acc[r][m]);
-        acc[r][m] = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(xm + 16), acc[r][m]);
+    Wide w[RR][2];
+    for (int r = 0; r < RR; ++r) wide_block(blk, n0 + r, b, w[r]);
+    for (int m = 0; m < MM; ++m) {
+      const float* xm = x + m * K + b * BLOCK;
+      const Wide x0 = _mm512_loadu_ps(xm), x1 = _mm512_loadu_ps(xm + 16);
+      for (int r = 0; r < RR; ++r) {
+        acc[r][m] = _mm512_fmadd_ps(w[r][0], x0, acc[r][m]);
+        acc[r][m] = _mm512_fmadd_ps(w[r][1], x1, acc[r][m]);
       }
     }
   }
