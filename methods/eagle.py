@@ -237,15 +237,49 @@ class Eagle(TreeMethod):
         out, _, _ = self.head(feat[None], ids[None], positions[None], mask, cache=cache)
         return out[0]
 
+    def _catch_up(self, state):
+        """The head over the positions it has not seen (the pending features of the tokens
+        accepted since its last step): its outputs, the last one the root of this round's tree."""
+        cache = state.aux["head_cache"]
+        p0, n = len(cache), state.length
+        feat = state.aux.pop("pending")
+        pos = torch.arange(p0, n - 1, device=state.ids.device)
+        return self._step(cache, feat, state.ids[p0 + 1 : n], pos)
+
+    def _expand(
+        self,
+        cache: HeadCache,
+        base: int,
+        position: int,
+        frontier,
+        f_par,
+        f_tok,
+        f_feat,
+        chain: dict,
+    ):
+        """One depth of the tree: the head over the frontier's nodes (pool indices `frontier`,
+        parents `f_par`, draft tokens `f_tok`, features `f_feat`), each seeing the committed
+        cache and its own ancestors' rows; `chain` (pool node → its and its ancestors' cache
+        rows) gains the frontier. Returns the head's outputs, one row per frontier node."""
+        fr = frontier.tolist()
+        t = len(cache) - base
+        tree_allowed = torch.zeros(len(fr), t, dtype=torch.bool, device=f_feat.device)
+        for i, p in enumerate(f_par):
+            if chain[p]:
+                tree_allowed[i, [r - base for r in chain[p]]] = True
+        pos = torch.full((len(fr),), position, dtype=torch.long, device=f_feat.device)
+        o = self._step(cache, f_feat, self.head.to_target(f_tok), pos, tree_allowed)
+        for i, (node, p) in enumerate(zip(fr, f_par)):
+            chain[node] = chain[p] + [base + t + i]
+        return o
+
     def draft(self, state) -> TreeProposal:
         if self.auto is not None:
             return self.draft_auto(state)
         head, cache = self.head, state.aux["head_cache"]
         dev = state.ids.device
         n = state.length
-        feat = state.aux.pop("pending")
-        p0 = len(cache)
-        out = self._step(cache, feat, state.ids[p0 + 1 : n], torch.arange(p0, n - 1, device=dev))
+        out = self._catch_up(state)
         base = len(cache)  # n − 1: committed positions
         lp = torch.log_softmax(head.logits(out[-1:]).float(), -1)[0]
         # a frontier wider than the budget adds nothing: the kept nodes are the budget's best,
@@ -262,16 +296,7 @@ class Eagle(TreeMethod):
         chain = {-1: []}  # expanded pool node → head-cache rows of it and its ancestors
         size = K
         for d in range(1, self.depth):
-            fr = frontier.tolist()
-            t = len(cache) - base
-            tree_allowed = torch.zeros(len(fr), t, dtype=torch.bool, device=dev)
-            for i, p in enumerate(f_par):
-                if chain[p]:
-                    tree_allowed[i, [r - base for r in chain[p]]] = True
-            pos = torch.full((len(fr),), n - 2 + d, dtype=torch.long, device=dev)
-            o = self._step(cache, f_feat, head.to_target(f_tok), pos, tree_allowed)
-            for i, (node, p) in enumerate(zip(fr, f_par)):
-                chain[node] = chain[p] + [base + t + i]
+            o = self._expand(cache, base, n - 2 + d, frontier, f_par, f_tok, f_feat, chain)
             lp = torch.log_softmax(head.logits(o).float(), -1)  # (F, Vd)
             ch = lp.topk(K, dim=-1)
             cand = (f_score[:, None] + ch.values).flatten()  # (F·K,)
@@ -311,9 +336,7 @@ class Eagle(TreeMethod):
                 tokens=empty, layout=TreeLayout.from_parents([]), chosen=0, reach=[]
             )
         n = state.length
-        feat = state.aux.pop("pending")
-        p0 = len(cache)
-        out = self._step(cache, feat, state.ids[p0 + 1 : n], torch.arange(p0, n - 1, device=dev))
+        out = self._catch_up(state)
         base = len(cache)
         lp = torch.log_softmax(head.logits(out[-1:]).float(), -1)[0]
         K = min(self.top_k, lp.numel())
@@ -337,17 +360,8 @@ class Eagle(TreeMethod):
                 sel = torch.tensor(pick, device=dev)
                 frontier, f_tok, f_feat = frontier[sel], f_tok[sel], f_feat[sel]
                 f_score, f_est, f_par = f_score[sel], f_est[sel], [f_par[i] for i in pick]
-            fr = frontier.tolist()
-            t = len(cache) - base
-            tree_allowed = torch.zeros(len(fr), t, dtype=torch.bool, device=dev)
-            for i, p in enumerate(f_par):
-                if chain[p]:
-                    tree_allowed[i, [r - base for r in chain[p]]] = True
-            pos = torch.full((len(fr),), n - 2 + d, dtype=torch.long, device=dev)
-            o = self._step(cache, f_feat, head.to_target(f_tok), pos, tree_allowed)
+            o = self._expand(cache, base, n - 2 + d, frontier, f_par, f_tok, f_feat, chain)
             steps += 1
-            for i, (node, p) in enumerate(zip(fr, f_par)):
-                chain[node] = chain[p] + [base + t + i]
             lp = torch.log_softmax(head.logits(o).float(), -1)
             ch = lp.topk(K, dim=-1)
             cand = (f_score[:, None] + ch.values).flatten()
