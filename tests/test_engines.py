@@ -424,11 +424,20 @@ def test_one_call_per_layer_equals_the_layer_op_by_op(
     tiny_target_dir, weights, kernel, monkeypatch
 ):
     """engines.native's layer_ runs Block.forward_native's ops in its order: the logits and the
-    cache equal the op-by-op layer's bit for bit, for a prefill, decoding steps and a tree."""
+    cache equal the op-by-op layer's bit for bit, for a prefill, decoding steps and a tree.
+    float32 pinned: dtype=auto times float32 against bfloat16 where the CPU has both, and a busy
+    machine can flip that choice between the two loads."""
     from engines.lean import Block
 
     def run():
-        eng, _ = load(str(tiny_target_dir), "cpu", engine="lean", weights=weights, kernel=kernel)
+        eng, _ = load(
+            str(tiny_target_dir),
+            "cpu",
+            engine="lean",
+            weights=weights,
+            dtype="float32",
+            kernel=kernel,
+        )
         calls.append(all(b.native_weights() for b in eng.model.layers))  # one call per layer
         ids = torch.randint(3, 100, (1, 12), generator=torch.Generator().manual_seed(0))
         cache = eng.new_cache(32)
