@@ -1,11 +1,13 @@
-"""Where one decoding step goes: the lean engine's forward over one new token, profiled op by op.
+"""Where one decoding step goes: the lean engine's forward over new tokens, profiled op by op.
 
     python -m bench.profile_step                          # embedded model, int4 native, 200 cached
     python -m bench.profile_step --weights int8 --context 500 --steps 20 --out profile.json
+    python -m bench.profile_step --rows 2                 # a verify forward: 2 new tokens, causal
 
 One process, nothing else running: the model is loaded, a context of `--context` random tokens
 prefilled, a few warm steps taken outside the measurement, then two measurements of `--steps`
-one-token forwards:
+forwards over `--rows` new tokens (1: a decoding step; q > 1: the verify of q − 1 drafted tokens
+as a chain, causal), each after the cache is cropped back to the context:
   * plain: wall time per step (the decode step as the runs see it, no profiler attached);
   * profiled: torch.profiler with Python call tracing, every op's self time grouped by what it
     is (matrix products through our kernels or torch's, attention, norms, rotary,
@@ -58,8 +60,9 @@ def group_of(name: str) -> str | None:
     return None
 
 
-def one_step(engine, cache, token) -> None:
-    engine.forward(token, cache)
+def one_step(engine, cache, tokens, context: int) -> None:
+    cache.crop(context)
+    engine.forward(tokens, cache)
 
 
 def main(argv=None) -> dict:
@@ -70,8 +73,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rows", type=int, default=1, help="new tokens per forward (q)")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     a = ap.parse_args(argv)
+    if a.rows < 1:
+        ap.error(f"--rows {a.rows}: use an integer >= 1 (new tokens per forward)")
 
     from bench.records import cpu_name
 
@@ -84,21 +90,22 @@ def main(argv=None) -> dict:
         kernel=a.kernel,
     )
     layers = engine.config.num_hidden_layers
-    token = torch.tensor([[42]])
-    cache = engine.new_cache(a.context + 4 * a.steps + 16)
+    vocab = engine.vocab_size
+    tokens = ((42 + 31 * torch.arange(a.rows)) % vocab)[None]
+    cache = engine.new_cache(a.context + a.rows)
     with torch.inference_mode():
-        engine.forward(torch.randint(100, 10_000, (1, a.context)), cache)
+        engine.forward(torch.randint(min(100, vocab - 1), vocab, (1, a.context)), cache)
         for _ in range(8):  # warm: allocator, kernels' first calls
-            one_step(engine, cache, token)
+            one_step(engine, cache, tokens, a.context)
         walls = []
         for _ in range(a.steps):
             t = time.perf_counter()
-            one_step(engine, cache, token)
+            one_step(engine, cache, tokens, a.context)
             walls.append(time.perf_counter() - t)
         with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
             t = time.perf_counter()
             for _ in range(a.steps):
-                one_step(engine, cache, token)
+                one_step(engine, cache, tokens, a.context)
             profiled = (time.perf_counter() - t) / a.steps
     step = statistics.median(walls)
     ops = defaultdict(float)
@@ -127,6 +134,7 @@ def main(argv=None) -> dict:
         "kernels": choice.get("kernels"),
         "output_layer": choice.get("output_layer"),
         "context": a.context,
+        "new_tokens": a.rows,
         "steps": a.steps,
         "step_ms": 1e3 * step,
         "profiled_step_ms": 1e3 * profiled,
@@ -145,8 +153,13 @@ def report(r: dict) -> None:
         f"{r['cpu']} · {r['threads']} threads · torch {r['torch']} · weights {r['weights']} "
         f"({', '.join(r['kernels'] or [])}; output layer {r['output_layer']})"
     )
+    what = (
+        "one decoding step"
+        if r["new_tokens"] == 1
+        else f"one forward over {r['new_tokens']} new tokens"
+    )
     print(
-        f"one decoding step with {r['context']} cached tokens: {r['step_ms']:.2f} ms (median of "
+        f"{what} with {r['context']} cached tokens: {r['step_ms']:.2f} ms (median of "
         f"{r['steps']}); profiled {r['profiled_step_ms']:.2f} ms"
     )
     print(f"  {'group':48s} {'share':>6s} {'ms/step':>8s} {'per layer':>10s} {'calls':>6s}")
