@@ -266,8 +266,9 @@ def _draft_overhead(x: Scope):
     "repeats, read from the steady rounds (those after a drafted round: the head's or draft "
     "model's step with its reading of the last verify; a turn's first round and one after plain "
     "rounds also catch the drafter up on the prompt or the plain tokens, which draft_overhead "
-    "counts and this does not); Leviathan et al.'s cost coefficient c; empty for methods that "
-    "draft by lookup",
+    "counts and this does not; with no steady round, the rounds after plain ones, their catch-up "
+    "included: an upper bound, never the prompt's catch-up); Leviathan et al.'s cost coefficient "
+    "c; empty for methods that draft by lookup",
 )
 def _draft_step_cost(x: Scope):
     q = x.quiet
@@ -275,13 +276,17 @@ def _draft_step_cost(x: Scope):
         return None
     c1 = x.costs[min(x.costs)]
     if "round_draft_s" in q and "round_steps" in q:
-        secs = steps = 0.0
+        secs = steps = late_secs = late_steps = 0.0
         for times, own in q[["round_draft_s", "round_steps"]].dropna().itertuples(index=False):
             for i in range(1, min(len(times), len(own))):
                 if own[i] and own[i - 1]:
                     secs, steps = secs + times[i], steps + own[i]
+                elif own[i]:
+                    late_secs, late_steps = late_secs + times[i], late_steps + own[i]
         if steps:
             return float(secs / steps / c1)
+        if late_steps:  # no steady round: the rounds after plain ones, catch-up included
+            return float(late_secs / late_steps / c1)
     steps = q.draft_steps.sum()
     return float(q.draft_s.sum() / steps / c1) if steps else None
 

@@ -329,18 +329,26 @@ def draft_costs(turns) -> tuple[float, float]:
     over their steps (a turn's first round, or one after plain rounds, first catches the drafter
     up on the prompt or the run of plain tokens: paid whatever k, and the prompt once per turn,
     so it is no step's cost); a lookup: its rounds' drafting time over their count. The
-    drafter's prefill (its own span) is left out too. Turns without per-round times (a whole-turn
+    drafter's prefill (its own span) is left out too. Warm-up turns without a steady round (a
+    drafter that drafted only after plain rounds) read those rounds, catch-up included: an upper
+    bound of a step, where the turns' totals would charge the prompt's catch-up to a few steps
+    and switch the drafter off for good. Turns without per-round times (a whole-turn
     generate()) fall back to their totals."""
     ns = steps = rounds = 0
+    late_ns = late_steps = 0  # drafted rounds after plain ones (not a turn's first)
     for t in turns:
         own, lookup = t.round_steps, not any(t.round_steps)
         for i, (d, s) in enumerate(zip(t.round_draft_ns, own)):
             if s and i and own[i - 1]:
                 ns, steps = ns + d, steps + s
+            elif s and i:
+                late_ns, late_steps = late_ns + d, late_steps + s
             elif lookup:
                 ns, rounds = ns + d, rounds + 1
     if steps:
         return ns / 1e9 / steps, 0.0
+    if late_steps:
+        return late_ns / 1e9 / late_steps, 0.0
     if rounds:
         return 0.0, ns / 1e9 / rounds
     draft = sum(t.times_ns.get("draft", 0) for t in turns) / 1e9

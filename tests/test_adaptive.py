@@ -169,6 +169,18 @@ def test_draft_costs_read_the_steady_rounds():
     assert adaptive.draft_costs([lookup]) == (0.0, pytest.approx(0.002))
     whole = TurnResult([], 10, {"draft": 8 * ms}, 5, draft_steps=4)  # no per-round times
     assert adaptive.draft_costs([whole]) == (pytest.approx(0.002), 0.0)
+    # no steady round (each drafted round follows plain ones): those rounds, their catch-up
+    # included, never the turn's totals with the prompt's catch-up (40 ms over 1 step)
+    sparse = TurnResult(
+        [],
+        10,
+        {"draft": 70 * ms},
+        7,
+        round_steps=[1, 0, 0, 1, 0, 1],
+        draft_steps=3,
+        round_draft_ns=[40 * ms, 0, 0, 3 * ms, 0, 5 * ms],
+    )
+    assert adaptive.draft_costs([sparse]) == (pytest.approx(0.004), 0.0)
 
 
 def test_a_turn_records_each_rounds_drafting_time(target, tmp_path):

@@ -307,3 +307,8 @@ def test_draft_step_cost_reads_the_steady_rounds_when_recorded():
     df["round_draft_s"] = [[0.05, 0.0, 0.03, 0.004] if m else [] for m in method]
     r = summarize(df, costs).iloc[0]
     assert r.draft_step_cost == pytest.approx(0.004 / 2 / 0.01)
+    # no steady round: the rounds after plain ones (catch-up included), not the prompt's round 0
+    df["round_steps"] = [[1, 0, 1, 0, 1] if m else [] for m in method]
+    df["round_draft_s"] = [[0.05, 0.0, 0.003, 0.0, 0.005] if m else [] for m in method]
+    r = summarize(df, costs).iloc[0]
+    assert r.draft_step_cost == pytest.approx(0.004 / 0.01)
