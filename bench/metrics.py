@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from bench import acceptance
+from methods.adaptive import step_rounds
 
 KEYS = ["task", "category", "method", "k", "temperature", "device", "engine", "weights", "dtype"]
 UNIT = ["task", "prompt_id", "turn"]
@@ -278,11 +279,8 @@ def _draft_step_cost(x: Scope):
     if "round_draft_s" in q and "round_steps" in q:
         secs = steps = late_secs = late_steps = 0.0
         for times, own in q[["round_draft_s", "round_steps"]].dropna().itertuples(index=False):
-            for i in range(1, min(len(times), len(own))):
-                if own[i] and own[i - 1]:
-                    secs, steps = secs + times[i], steps + own[i]
-                elif own[i]:
-                    late_secs, late_steps = late_secs + times[i], late_steps + own[i]
+            a, b, c, d = step_rounds(times, own)
+            secs, steps, late_secs, late_steps = secs + a, steps + b, late_secs + c, late_steps + d
         if steps:
             return float(secs / steps / c1)
         if late_steps:  # no steady round: the rounds after plain ones, catch-up included

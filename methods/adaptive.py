@@ -323,6 +323,19 @@ def step_overhead(step: float | None, curve: dict) -> float:
     return max(step - curve[min(curve)], 0.0) if step and curve else 0.0
 
 
+def step_rounds(times, steps) -> tuple[float, int, float, int]:
+    """One turn's per-round drafting times and drafter steps → (time, steps) of its steady rounds
+    (after a drafted round), then (time, steps) of its drafted rounds after plain ones (a turn's
+    first round excluded), whose time includes the drafter's catch-up on the plain tokens."""
+    t = n = late_t = late_n = 0
+    for i in range(1, min(len(times), len(steps))):
+        if steps[i] and steps[i - 1]:
+            t, n = t + times[i], n + steps[i]
+        elif steps[i]:
+            late_t, late_n = late_t + times[i], late_n + steps[i]
+    return t, n, late_t, late_n
+
+
 def draft_costs(turns) -> tuple[float, float]:
     """(seconds per drafter step, seconds per round outside them) from warm-up TurnResults'
     steady rounds. A learned drafter: the drafting time of its rounds that follow a drafted round
@@ -334,17 +347,14 @@ def draft_costs(turns) -> tuple[float, float]:
     bound of a step, where the turns' totals would charge the prompt's catch-up to a few steps
     and switch the drafter off for good. Turns without per-round times (a whole-turn
     generate()) fall back to their totals."""
-    ns = steps = rounds = 0
-    late_ns = late_steps = 0  # drafted rounds after plain ones (not a turn's first)
+    ns = steps = rounds = late_ns = late_steps = 0
     for t in turns:
-        own, lookup = t.round_steps, not any(t.round_steps)
-        for i, (d, s) in enumerate(zip(t.round_draft_ns, own)):
-            if s and i and own[i - 1]:
-                ns, steps = ns + d, steps + s
-            elif s and i:
-                late_ns, late_steps = late_ns + d, late_steps + s
-            elif lookup:
-                ns, rounds = ns + d, rounds + 1
+        if any(t.round_steps):
+            a, b, c, d = step_rounds(t.round_draft_ns, t.round_steps)
+            ns, steps, late_ns, late_steps = ns + a, steps + b, late_ns + c, late_steps + d
+        else:  # a lookup
+            times = [d for d, _ in zip(t.round_draft_ns, t.round_steps)]
+            ns, rounds = ns + sum(times), rounds + len(times)
     if steps:
         return ns / 1e9 / steps, 0.0
     if late_steps:
