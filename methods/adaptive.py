@@ -353,7 +353,7 @@ def draft_costs(turns) -> tuple[float, float]:
             a, b, c, d = step_rounds(t.round_draft_ns, t.round_steps)
             ns, steps, late_ns, late_steps = ns + a, steps + b, late_ns + c, late_steps + d
         else:  # a lookup
-            times = [d for d, _ in zip(t.round_draft_ns, t.round_steps)]
+            times = t.round_draft_ns[: len(t.round_steps)]
             ns, rounds = ns + sum(times), rounds + len(times)
     if steps:
         return ns / 1e9 / steps, 0.0
