@@ -206,9 +206,19 @@ class Eagle(TreeMethod):
         return state.aux["head_cache"].nbytes() if "head_cache" in state.aux else 0
 
     # --- features ---
-    def _features(self, hidden, rows) -> torch.Tensor:
-        hs = [hidden[l][0, rows] for l in self.head.target_layers]
-        return self.head.fuse([h.to(self.feat_dtype) for h in hs])
+    # The target's tapped rows wait unfused in state.aux["pending"] (per round, one (n, H) tensor
+    # per tapped layer) until the head next drafts: then they are joined and one fc call fuses
+    # them all (EAGLE-3's 3H → H), so a round k=auto leaves plain runs no fc and copies no
+    # earlier rows, and rows after a turn's last draft are never fused.
+    def _tapped(self, hidden, rows) -> list[torch.Tensor]:
+        return [hidden[l][0, rows].to(self.feat_dtype) for l in self.head.target_layers]
+
+    def _pend(self, state, rows: list[torch.Tensor]) -> None:
+        state.aux.setdefault("pending", []).append(rows)
+
+    def _pending_features(self, state) -> torch.Tensor:
+        rounds = state.aux.pop("pending")
+        return self.head.fuse([torch.cat(layer) for layer in zip(*rounds)])
 
     def start(self, state) -> None:
         state.aux["head_cache"] = HeadCache()
@@ -220,8 +230,8 @@ class Eagle(TreeMethod):
         state.aux["prefill_hidden"] = out.hidden
         return out.logits[0, -1]
 
-    def draft_prefill(self, state, logits) -> None:  # the feature fusion is drafting work
-        state.aux["pending"] = self._features(state.aux.pop("prefill_hidden"), slice(None))
+    def draft_prefill(self, state, logits) -> None:  # drafting work: the prompt's tapped rows
+        state.aux["pending"] = [self._tapped(state.aux.pop("prefill_hidden"), slice(None))]
 
     # --- drafting ---
     def _step(self, cache: HeadCache, feat, ids, positions, tree_allowed=None):
@@ -242,7 +252,7 @@ class Eagle(TreeMethod):
         accepted since its last step): its outputs, the last one the root of this round's tree."""
         cache = state.aux["head_cache"]
         p0, n = len(cache), state.length
-        feat = state.aux.pop("pending")
+        feat = self._pending_features(state)
         pos = torch.arange(p0, n - 1, device=state.ids.device)
         return self._step(cache, feat, state.ids[p0 + 1 : n], pos)
 
@@ -400,6 +410,4 @@ class Eagle(TreeMethod):
     def after_accept(self, state, proposal, nodes, logits, hidden) -> None:
         # features of the verify rows of the root and the accepted path (row i + 1 = node i),
         # after any the head has not consumed yet
-        feat = self._features(hidden, [0] + [j + 1 for j in nodes])
-        old = state.aux.get("pending")
-        state.aux["pending"] = feat if old is None else torch.cat([old, feat])
+        self._pend(state, self._tapped(hidden, [0] + [j + 1 for j in nodes]))
