@@ -12,6 +12,7 @@ bench.records and cell.json through bench.cells.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -23,6 +24,11 @@ from groundfloor.errors import UserError
 from groundfloor.prompting import encode
 from tasks.loader import load_prompts
 from tasks.prompt import Prompt
+
+# /proc/stat counts CPU time in ticks of 10 ms: a load that timed its choices in a few ms can read
+# no other work beside a hog, so a watched load that timed something is watched this long at least
+# (the rest of the window asleep: whatever runs then is others' work)
+MIN_WATCH_S = 0.25
 
 
 def pick_prompts(cfg) -> list[Prompt]:
@@ -136,13 +142,17 @@ def load_watched(spec: str, device, asked: dict, rules: Rules, tries: int = 2):
     turns are: a load that timed a choice while others took more than `rules.others` of the
     machine is done again, up to `tries` times. The choice records what the last load saw
     (`probe_load`), how many loads it took and, when the last one was still disturbed,
-    `probes_disturbed` (a warning line says so: a quiet machine may choose otherwise)."""
+    `probes_disturbed` (a warning line says so: a quiet machine may choose otherwise). A load
+    that timed something is watched for MIN_WATCH_S at least."""
     watch = LoadProbe(device=device)
     for attempt in range(1, tries + 1):
         watch.start()
+        t0 = time.monotonic()
         target, choice = load(spec, device, **asked)
-        seen = watch.stop()
         timed = "timed" in choice["dtype_probe"] or "seconds" in choice["kernel_probe"]
+        if timed:
+            time.sleep(max(0.0, MIN_WATCH_S - (time.monotonic() - t0)))
+        seen = watch.stop()
         disturbed = timed and interfered(seen, rules)
         if not disturbed:
             break
