@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# /proc/stat counts CPU time in ticks (HZ: 10 ms): a window of a few ms can read no other work
+# beside a hog; a window that must tell is kept open this long at least (LoadProbe.stop)
+MIN_WINDOW_S = 0.25
 CGROUP = Path("/sys/fs/cgroup")
 
 
@@ -134,7 +137,10 @@ class LoadProbe:
         self.t0, self.stat0, self.self0 = time.monotonic(), _proc_stat(self.cpus), _self_jiffies()
         self.group0 = _cgroup_usage_jiffies(self.root) if self.capped else None
 
-    def stop(self) -> dict:
+    def stop(self, at_least: float = 0.0) -> dict:
+        """The window's reading; with `at_least`, the window is first kept open (this process
+        asleep: whatever runs then is others' work) until it spans that many seconds."""
+        time.sleep(max(0.0, at_least - (time.monotonic() - self.t0)))
         dt = time.monotonic() - self.t0
         stat1, self1 = _proc_stat(self.cpus), _self_jiffies()
         out = {"load1": _loadavg(), "others_cpu": None, "steal": None}

@@ -12,23 +12,17 @@ bench.records and cell.json through bench.cells.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from bench import cells
-from bench.interference import LoadProbe, Rules, interfered
+from bench.interference import MIN_WINDOW_S, LoadProbe, Rules, interfered
 from engines.load import load
 from groundfloor.errors import UserError
 from groundfloor.prompting import encode
 from tasks.loader import load_prompts
 from tasks.prompt import Prompt
-
-# /proc/stat counts CPU time in ticks of 10 ms: a load that timed its choices in a few ms can read
-# no other work beside a hog, so a watched load that timed something is watched this long at least
-# (the rest of the window asleep: whatever runs then is others' work)
-MIN_WATCH_S = 0.25
 
 
 def pick_prompts(cfg) -> list[Prompt]:
@@ -143,16 +137,13 @@ def load_watched(spec: str, device, asked: dict, rules: Rules, tries: int = 2):
     machine is done again, up to `tries` times. The choice records what the last load saw
     (`probe_load`), how many loads it took and, when the last one was still disturbed,
     `probes_disturbed` (a warning line says so: a quiet machine may choose otherwise). A load
-    that timed something is watched for MIN_WATCH_S at least."""
+    that timed something is watched for interference.MIN_WINDOW_S at least."""
     watch = LoadProbe(device=device)
     for attempt in range(1, tries + 1):
         watch.start()
-        t0 = time.monotonic()
         target, choice = load(spec, device, **asked)
         timed = "timed" in choice["dtype_probe"] or "seconds" in choice["kernel_probe"]
-        if timed:
-            time.sleep(max(0.0, MIN_WATCH_S - (time.monotonic() - t0)))
-        seen = watch.stop()
+        seen = watch.stop(at_least=MIN_WINDOW_S if timed else 0.0)
         disturbed = timed and interfered(seen, rules)
         if not disturbed:
             break
