@@ -154,9 +154,9 @@ class Runner:
                 f"raise warmup= so that warm-up covers every shape, or run without model.compile"
             )
 
-    def run(self, progress=None) -> Path:
-        cfg = self.cfg
-        writer = rec.RecordWriter(self.out)
+    def prepare(self) -> None:
+        """Everything before the first measured turn, untimed: warm-up, the cost curve and
+        k=auto's calibration on it (the gate's workers call this too, bench/gate/worker.py)."""
         t0 = time.perf_counter()
         warm = self.warmup()
         t1 = time.perf_counter()
@@ -167,6 +167,11 @@ class Runner:
             self.warmup()  # the new draft size's shapes are compiled outside the clock too
         self.setup_s.update(warmup=round(t1 - t0, 2), cost_curve=round(time.perf_counter() - t1, 2))
         self.choice["setup_s"] = dict(self.setup_s)  # time outside the measured turns, by part
+
+    def run(self, progress=None) -> Path:
+        cfg = self.cfg
+        writer = rec.RecordWriter(self.out)
+        self.prepare()
         writer.write_env(
             rec.env_info(
                 self.device,

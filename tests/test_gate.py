@@ -157,6 +157,12 @@ def test_committed_experiment_and_baseline_agree():
     )
     base = json.loads(exp["baseline_path"].read_text())
     assert base["overrides"] == exp["overrides"] and base["machines"]
+    # the A side of the A/B gate: a clean commit with a gate worker, every entry measured there
+    assert base["commit"] and all(e["commit"] == base["commit"] for e in base["machines"].values())
+    has_worker = subprocess.run(
+        ["git", "cat-file", "-e", f"{base['commit']}:bench/gate/worker.py"], capture_output=True
+    )
+    assert has_worker.returncode == 0, f"{base['commit']} has no bench/gate/worker.py"
     gated = set(gate.method_names(exp))
     for kind, entry in base["machines"].items():
         assert set(entry["methods"]) == gated, f"{kind}: {gated ^ set(entry['methods'])}"
@@ -254,12 +260,13 @@ def test_gate_end_to_end(experiment, capsys, monkeypatch):
     assert len(ngram) == 2 and all(len(u["repeats"]) == 2 for u in ngram.values())
     assert sum(u["new_tokens"] for u in ngram.values()) > sum(u["forwards"] for u in ngram.values())
 
-    assert gate.main(["--experiment", str(experiment)]) == 0  # unchanged tree: passes
+    quick = ["--experiment", str(experiment), "--quick"]  # this tree vs the recorded entry
+    assert gate.main(quick) == 0  # unchanged tree: passes
     out = capsys.readouterr().out
     assert "PASS" in out and "ngram" in out and "REGRESSION" not in out
 
     # planted: the config now drafts 1 token per round instead of 8, so τ drops
-    assert gate.main(["--experiment", str(experiment), "k=1"]) == 1
+    assert gate.main([*quick, "k=1"]) == 1
     out = capsys.readouterr().out
     assert "REGRESSION" in out and "FAIL: regression in ngram" in out
 
@@ -271,7 +278,7 @@ def test_gate_end_to_end(experiment, capsys, monkeypatch):
     for u in entry["methods"]["ar"]["units"].values():
         u["log_ratio"] += math.log(100)
     baseline.write_text(json.dumps(doc))
-    assert gate.main(["--experiment", str(experiment)]) == 1
+    assert gate.main(quick) == 1
     out = capsys.readouterr().out
     assert "FAIL: regression in ar, ngram" in out
     assert out.count("REGRESSION") >= 4  # τ, tokens (both methods) and the AR cell's speedup

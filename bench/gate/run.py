@@ -1,7 +1,9 @@
 """CI regression gate: run the pinned experiment, compare with the committed baseline, exit 1 on
 a drop.
 
-    python -m bench.gate                     # make gate: vs conf/experiment/gate_baseline.json
+    python -m bench.gate                     # make gate: the recorded commit beside this tree (A/B)
+    python -m bench.gate --quick             # make gate-quick: vs this CPU kind's recorded entry
+    python -m bench.gate --plant-delay 20    # self-test: a tree whose forwards sleep 20 ms fails
     python -m bench.gate --update            # re-measure, rewrite the baseline (commit on purpose)
     python -m bench.gate --out results/gate  # keep the run directories (default: a temp folder)
     python -m bench.gate k=1                 # extra overrides after the experiment's own
@@ -13,12 +15,14 @@ skipped) is measured by the normal runner (`bench.runner.execute`), exactly as
 Verdict rules: bench/gate/rules.py; their power, simulated from the recorded noise:
 bench/gate/power.py (printed by --update, checked by tests/test_gate_power.py).
 
-The baseline file holds one entry per CPU kind (engines.cpu.cpu_kind: model name, family and
-model numbers, the flags that matter), each with the commit it measured (a modified tree is
-refused), the committed per-unit outputs and each method's per-unit figures. On a CPU kind
-without an entry the deterministic checks run against the first entry and the speedup is
-reported, not gated. --update measures `record_repeats` repeats per unit (their spread is the
-noise the power check draws from) and rewrites this CPU kind's entry only.
+The baseline file names one commit (`commit`: the clean tree that --update measured) with the
+committed per-unit outputs, and one entry per CPU kind measured at that commit (engines.cpu.
+cpu_kind: model name, family and model numbers, the flags that matter), each with every method's
+per-unit figures. The default gate is A/B (bench/gate/ab.py): that commit and this tree measured
+side by side in one job on the machine at hand, whatever its kind. --quick compares this tree
+alone with this CPU kind's entry (only where one exists). --update measures `record_repeats`
+repeats per unit (their spread is the noise the quick mode's power check draws from), writes the
+commit and this kind's entry, and drops the entries of another commit.
 Exit status: 0 pass, 1 regression (or a baseline from another model/dtype/device), 2 bad input.
 """
 
@@ -32,78 +36,24 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
-
-from bench.config import CONF, check_overrides, compose, group_options
+from bench.config import check_overrides
 from bench.gate import power
-from bench.gate.rules import Row, Tolerances, compare, env_problems
+from bench.gate.ab import gate_ab
+from bench.gate.experiment import (
+    ENV_KEYS,
+    EXPERIMENT,
+    gate_config,
+    load_experiment,
+    method_names,
+)
+from bench.gate.rules import Tolerances, compare, env_problems
+from bench.gate.table import print_table
 from bench.gate.units import stored, units_of
 from bench.records import dirty_files
 from bench.table import progress_bar
 from groundfloor.errors import UserError
 
-EXPERIMENT = CONF / "experiment" / "gate.yaml"
 SUMMARY = ("tau", "exact_match", "speedup", "tokens_per_s", "baseline_tokens_per_s", "k")
-ENV_KEYS = (
-    "model",
-    "device",
-    "dtype",
-    "cpu",
-    "cpu_kind",
-    "cpu_count",
-    "gpu",
-    "torch",
-    "transformers",
-    "git_sha",
-)
-
-
-def load_experiment(path: Path) -> dict:
-    if not path.exists():
-        raise UserError(f"gate experiment {str(path)!r} does not exist")
-    exp = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(exp.get("overrides", []), list):
-        raise UserError(f"{path}: 'overrides' must be a list of key=value strings")
-    exp["path"] = path
-    exp["baseline_path"] = (path.parent / exp.get("baseline", "gate_baseline.json")).resolve()
-    exp["overrides"] = [str(o) for o in exp.get("overrides", [])]
-    exp["run_overrides"] = [_relative_to(path.parent, o) for o in exp["overrides"]]
-    per = exp.get("method_overrides") or {}
-    if not isinstance(per, dict) or not all(isinstance(v, list) for v in per.values()):
-        raise UserError(f"{path}: 'method_overrides' must map a method to a list of overrides")
-    exp["method_overrides"] = {str(m): [str(o) for o in v] for m, v in per.items()}
-    exp["record_repeats"] = int(exp.get("record_repeats", 2))
-    if exp["record_repeats"] < 2:
-        raise UserError(
-            f"{path}: record_repeats={exp['record_repeats']}; the baseline needs ≥ 2 repeats per "
-            "unit (their spread is the noise the gate's power is simulated from)"
-        )
-    return exp
-
-
-def _relative_to(folder: Path, override: str) -> str:
-    """`task.path=FILE` in an experiment names a file beside the experiment: absolute for the run
-    (the baseline records the overrides as written, so it does not depend on the checkout)."""
-    key, _, value = override.partition("=")
-    if key == "task.path" and value and not Path(value).is_absolute():
-        return f"{key}={(folder / value).resolve()}"
-    return override
-
-
-def method_names(exp: dict) -> list[str]:
-    """'all': every conf/method/*.yaml but `skip_methods` (so new methods are gated without
-    touching the gate)."""
-    names = exp.get("methods", "all")
-    if names == "all":
-        skip = set(exp.get("skip_methods") or [])
-        return [m for m in group_options("method") if m not in skip]
-    unknown = set(names) - set(group_options("method"))
-    if unknown:
-        raise UserError(
-            f"gate methods {sorted(unknown)} are unknown; choose from "
-            f"{', '.join(group_options('method'))}"
-        )
-    return list(names)
 
 
 def overall_row(summary) -> dict:
@@ -129,11 +79,7 @@ def run_method(method: str, overrides: list[str], out: Path, progress=None, shar
     from bench.records import load
     from bench.runner import execute
 
-    cfg = compose([f"method={method}", *overrides, f"out='{out}'"], "gate overrides")
-    if cfg.k == "auto":
-        raise UserError("gate overrides: k=auto reads this machine's timings; give an integer")
-    if cfg.k is None and cfg.method.get("k") == "auto":  # a fixed size keeps τ deterministic
-        cfg.method.k = cfg.method.get("fixed_k")  # none: a tree method's whole tree
+    cfg = gate_config(method, overrides, out)
     try:
         summary, _, _ = execute(cfg, out, progress, shared)
     except UserError as e:
@@ -171,17 +117,22 @@ def measure(exp: dict, extra: list[str], out: Path) -> tuple[dict, dict, dict]:
 def write_baseline(
     path: Path, exp: dict, overrides: list[str], now: dict, skipped: dict, env: dict
 ) -> list[str]:
-    """Rewrite this CPU kind's entry of the baseline file (other kinds' entries are kept while
-    the experiment's settings stay the same) → notes to print."""
+    """Rewrite the baseline: the commit measured (the A side of every A/B gate after it) and
+    this CPU kind's entry; other kinds' entries are kept only when they measured the same commit
+    with the same settings (each a `--quick` baseline) → notes to print."""
     doc = json.loads(path.read_text()) if path.exists() else {}
+    commit = env.get("git_sha")
     same_settings = (
         doc.get("overrides") == overrides
         and doc.get("method_overrides") == (exp["method_overrides"])
+        and doc.get("commit") == commit
     )
     machines = doc.get("machines", {}) if same_settings else {}
     notes = []
     if doc.get("machines") and not same_settings:
-        notes.append(f"settings changed: dropped the entries of {', '.join(doc['machines'])}")
+        notes.append(
+            f"another commit or other settings: dropped the entries of {', '.join(doc['machines'])}"
+        )
     machines[env["cpu_kind"]] = {
         "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "commit": env.get("git_sha"),
@@ -198,6 +149,7 @@ def write_baseline(
         "overrides": overrides,
         "method_overrides": exp["method_overrides"],
         "record_repeats": exp["record_repeats"],
+        "commit": commit,
         "machines": machines,
     }
     path.write_text(json.dumps(doc, indent=1) + "\n")
@@ -219,98 +171,51 @@ def power_lines(entry: dict, tol: Tolerances) -> list[str]:
     return out
 
 
-def _fmt(row: Row, v) -> str:
-    if v is None:
-        return "–"
-    return f"{v:.2f}" if row.metric in ("exact_match", "tokens") else f"{v:.3f}"
-
-
-def print_table(rows: list[Row], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for col in ("method", "metric", "baseline", "now", "change", "rule", "verdict"):
-        t.add_column(col, justify="right" if col in ("baseline", "now", "change") else "left")
-    for r in rows:
-        ch = r.change
-        change = (
-            "–"
-            if ch is None
-            else (f"{ch:+.2f}" if r.metric in ("exact_match", "tokens") else f"{ch:+.1%}")
-        )
-        style = "bold red" if r.failed else "green" if r.verdict in ("ok", "better") else "yellow"
-        t.add_row(
-            r.method,
-            r.metric,
-            _fmt(r, r.baseline),
-            _fmt(r, r.now),
-            change,
-            r.rule,
-            f"[{style}]{r.verdict}[/{style}]",
-        )
-    Console(width=None if sys.stdout.isatty() else 160).print(t)
-
-
 def gate(
     exp_path: Path,
     extra: list[str],
     update: bool,
     out: Path | None,
     baseline_path: Path | None = None,
+    quick: bool = False,
+    delay_ms: float = 0.0,
 ) -> int:
     exp = load_experiment(exp_path)
     bpath = baseline_path or exp["baseline_path"]
-    tol = Tolerances.from_dict(exp)
     if "ar" not in method_names(exp):
         raise UserError(
             f"{exp_path}: the gate's methods must include ar (its AR-against-AR pairs are the "
             f"noise the speedup rule is set from); got {method_names(exp)}"
         )
-    if update and (dirty := dirty_files()):
-        raise UserError(
-            f"refusing to record a gate baseline from a modified tree ({', '.join(dirty[:4])}"
-            f"{' …' if len(dirty) > 4 else ''}): commit first, so that the baseline names the "
-            "commit it measured"
-        )
-    if not update:
-        base = json.loads(bpath.read_text()) if bpath.exists() else None
-        if not base or not base.get("machines"):
-            raise UserError(
-                f"no gate baseline at {bpath}: record one with `python -m bench.gate "
-                "--update` and commit it"
-            )
-    start = time.perf_counter()
-    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    runs = [*extra, f"repeats={exp['record_repeats']}"] if update else extra
-    with tempfile.TemporaryDirectory(prefix="specsweep-gate-") as tmp:
-        now, skipped, env = measure(exp, runs, Path(out) / stamp if out else Path(tmp))
-    took = time.perf_counter() - start
-    overrides = [*exp.get("overrides", []), *extra]
     if update:
-        for n in write_baseline(bpath, exp, overrides, now, skipped, env):
-            print(f"note: {n}")
-        entry = json.loads(bpath.read_text())["machines"][env["cpu_kind"]]
-        for line in power_lines(entry, tol):
-            print(line)
-        print(
-            f"gate baseline for {env['cpu_kind']} written to {bpath} ({', '.join(now)}; "
-            f"{took:.0f} s)"
+        return record(exp, extra, out, bpath)
+    try:
+        base = json.loads(bpath.read_text()) if bpath.exists() else None
+    except json.JSONDecodeError as e:
+        raise UserError(f"gate baseline {bpath} is not valid JSON ({e}): restore it from git")
+    if not base or not base.get("machines"):
+        raise UserError(
+            f"no gate baseline at {bpath}: record one with `python -m bench.gate --update` and "
+            "commit it"
         )
-        return 0
-    kind = env.get("cpu_kind")
-    entry = base["machines"].get(kind)
-    same_kind = entry is not None
+    check_overrides([*exp["run_overrides"], *extra])
+    notes = setting_notes(exp, base, extra)
+    if quick:
+        code = gate_quick(exp, base, extra, out)
+    else:
+        code = gate_ab(exp, base, extra, Path(out) / stamp() if out else None, delay_ms)
+    for n in notes:
+        print(f"note: {n}")
+    return code
+
+
+def stamp() -> str:
+    return datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def setting_notes(exp: dict, base: dict, extra: list[str]) -> list[str]:
     notes = []
-    if not same_kind:
-        first = next(iter(base["machines"]))
-        entry = base["machines"][first]
-        notes.append(
-            f"no baseline for this CPU kind ({kind}; recorded: {', '.join(base['machines'])}): "
-            f"tokens and τ checked against {first!r}'s, the speedup reported, not gated"
-        )
-    blocking, more = env_problems(entry.get("env", {}), env)
-    notes += more
+    overrides = [*exp.get("overrides", []), *extra]
     if base.get("overrides") != overrides:
         notes.append(f"overrides: baseline {base.get('overrides')}, now {overrides}")
     if base.get("method_overrides", {}) != exp["method_overrides"]:
@@ -318,11 +223,61 @@ def gate(
             f"method_overrides: baseline {base.get('method_overrides', {})}, "
             f"now {exp['method_overrides']}"
         )
-    rows = compare(entry, now, tol, skipped, same_kind)
+    return notes
+
+
+def record(exp: dict, extra: list[str], out: Path | None, bpath: Path) -> int:
+    """--update: measure this clean tree with `record_repeats` pairs per unit and rewrite the
+    baseline: its commit, the committed ids, and this CPU kind's entry."""
+    tol = Tolerances.from_dict(exp)
+    if dirty := dirty_files():
+        raise UserError(
+            f"refusing to record a gate baseline from a modified tree ({', '.join(dirty[:4])}"
+            f"{' …' if len(dirty) > 4 else ''}): commit first, so that the baseline names the "
+            "commit it measured"
+        )
+    start = time.perf_counter()
+    runs = [*extra, f"repeats={exp['record_repeats']}"]
+    with tempfile.TemporaryDirectory(prefix="specsweep-gate-") as tmp:
+        now, skipped, env = measure(exp, runs, Path(out) / stamp() if out else Path(tmp))
+    took = time.perf_counter() - start
+    overrides = [*exp.get("overrides", []), *extra]
+    for n in write_baseline(bpath, exp, overrides, now, skipped, env):
+        print(f"note: {n}")
+    entry = json.loads(bpath.read_text())["machines"][env["cpu_kind"]]
+    for line in power_lines(entry, tol):
+        print(line)
+    print(
+        f"gate baseline for {env['cpu_kind']} at {env['git_sha']} written to {bpath} "
+        f"({', '.join(now)}; {took:.0f} s)"
+    )
+    return 0
+
+
+def gate_quick(exp: dict, base: dict, extra: list[str], out: Path | None) -> int:
+    """--quick: this tree alone against this CPU kind's recorded entry (one job, half the time
+    of A/B; only where the baseline has an entry for this CPU kind)."""
+    from engines.cpu import cpu_kind
+
+    tol = Tolerances.from_dict(exp)
+    kind = cpu_kind()
+    entry = base["machines"].get(kind)
+    if entry is None:
+        raise UserError(
+            f"--quick needs a baseline entry for this CPU kind ({kind}; recorded: "
+            f"{', '.join(base['machines'])}): run the A/B gate (make gate), or record one here "
+            "with --update"
+        )
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="specsweep-gate-") as tmp:
+        now, skipped, env = measure(exp, extra, Path(out) / stamp() if out else Path(tmp))
+    took = time.perf_counter() - start
+    blocking, notes = env_problems(entry.get("env", {}), env)
+    rows = compare(entry, now, tol, skipped, True)
     print_table(
         rows,
-        f"gate: {exp_path.name} vs {bpath.name} ({kind if same_kind else 'another CPU kind'}, "
-        f"recorded {entry.get('recorded', '?')} at {entry.get('commit', '?')}) · {took:.0f} s",
+        f"gate --quick: {exp['path'].name} vs {exp['baseline_path'].name} ({kind}, recorded "
+        f"{entry.get('recorded', '?')} at {entry.get('commit', '?')}) · {took:.0f} s",
     )
     for n in notes:
         print(f"note: {n}")
@@ -353,10 +308,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--experiment", type=Path, default=EXPERIMENT)
     ap.add_argument("--baseline", type=Path, help="baseline file (default: the experiment's)")
     ap.add_argument("--update", action="store_true", help="rewrite the baseline from this run")
-    ap.add_argument("--out", type=Path, help="keep the run directories here")
+    ap.add_argument("--out", type=Path, help="keep the run directories (workers' logs) here")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="this tree alone against this CPU kind's recorded entry, not A/B (make gate-quick)",
+    )
+    ap.add_argument(
+        "--plant-delay",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="self-test: the tree under test's target forwards sleep MS ms (the gate must fail)",
+    )
     args = ap.parse_args(argv)
+    if args.plant_delay < 0:
+        print(f"error: --plant-delay {args.plant_delay}: give milliseconds ≥ 0", file=sys.stderr)
+        return 2
     try:
-        return gate(args.experiment, args.overrides, args.update, args.out, args.baseline)
+        return gate(
+            args.experiment,
+            args.overrides,
+            args.update,
+            args.out,
+            args.baseline,
+            args.quick,
+            args.plant_delay,
+        )
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,147 @@
+"""The A/B gate's speed verdicts: pure functions from three trees' per-unit figures to rows.
+
+In one job the recorded commit (A), the tree under test (B) and a second worker of the recorded
+commit (A′) each measure every unit (prompt × turn) of every method once, in an order that
+alternates unit by unit (bench/gate/ab.py), so drift over the job cancels. Two speed metrics:
+
+    tokens_per_s   x_u = the turn's new tokens ÷ its wall seconds (end to end, prefill included)
+    speedup        x_u = the method's tokens/s ÷ ar's tokens/s, same unit, same tree
+
+Per method and metric, over the n units all three measured:
+
+    d_u = log x_u(B) − log x_u(A)        D = mean_u d_u      the change under test
+    e_u = log x_u(A′) − log x_u(A)       E = mean_u e_u      what an unchanged tree shows here,
+                                                             the difference of two processes in it
+    SE  = sd_u(e) / √n
+    t   = max(z · SE + |E|, −log(1 − tol) / 2)      z = Φ⁻¹(1 − 0.05 / tests)
+    fails when D < −t
+
+z spreads 5% of false alarms over all the run's tests (Bonferroni); |E| counts a difference
+between two processes of one tree as noise; the floor puts the threshold halfway to the
+slowdown the gate must catch (tol) when the noise is small. power = Φ((−log(1 − tol) − t) / SE)
+is printed, and a row below 90% says "underpowered" instead of passing silently.
+
+`simulate` gives the rates from the run's own units: a simulated gate run draws its B-against-A
+units and its A′-against-A units independently, with replacement, from the measured A′-against-A
+units (an unchanged tree), all methods on the same draw of units; a false alarm is any test
+failing, a detection is the one method whose tokens/s (or speedup) is lowered by tol failing.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+
+from bench.gate.rules import Row
+
+ALPHA = 0.05  # false alarms per gate run, all methods and metrics together
+METRICS = ("tokens_per_s", "speedup")
+
+
+def z_for(tests: int) -> float:
+    return NormalDist().inv_cdf(1 - ALPHA / max(tests, 1))
+
+
+def threshold(e: np.ndarray, z: float, tol: float) -> tuple[float, float]:
+    """(t, SE) of the rule above from the A′-against-A log ratios e."""
+    se = float(e.std(ddof=1) / math.sqrt(len(e)))
+    return max(z * se + abs(float(e.mean())), -math.log(1 - tol) / 2), se
+
+
+def power(t: float, se: float, tol: float) -> float:
+    """P(D < −t) for a tree whose figure dropped by tol, D ~ N(log(1 − tol), SE²)."""
+    return NormalDist().cdf((-math.log(1 - tol) - t) / se) if se > 0 else 1.0
+
+
+def log_ratios(num: dict[str, float], den: dict[str, float], units: list[str]) -> np.ndarray:
+    return np.array([math.log(num[u] / den[u]) for u in units])
+
+
+def speeds(tree: dict[str, dict[str, dict]], metric: str) -> dict[str, dict[str, float]]:
+    """{method: {unit: x_u}} of one tree's figures ({method: {unit: {"tokens_per_s"}}})."""
+    tps = {m: {u: f["tokens_per_s"] for u, f in units.items()} for m, units in tree.items()}
+    if metric == "tokens_per_s":
+        return tps
+    ar = tps.get("ar", {})
+    return {
+        m: {u: x / ar[u] for u, x in units.items() if u in ar}
+        for m, units in tps.items()
+        if m != "ar"
+    }
+
+
+def tests_of(trees: dict[str, dict]) -> list[tuple[str, str]]:
+    """(method, metric) of every speed test the run makes: both trees measured the method."""
+    out = []
+    for metric in METRICS:
+        both = speeds(trees["A"], metric).keys() & speeds(trees["B"], metric).keys()
+        out += [(m, metric) for m in trees["B"] if m in both]
+    return out
+
+
+def noise_units(trees: dict[str, dict], method: str, metric: str) -> list[str]:
+    x = {k: speeds(trees[k], metric).get(method, {}) for k in ("A", "B", "A′")}
+    return sorted(x["A"].keys() & x["B"].keys() & x["A′"].keys())
+
+
+def check(trees: dict[str, dict], method: str, metric: str, tol: float, tests: int) -> Row:
+    """One speed row of B against A, its threshold from A′ against A."""
+    x = {k: speeds(trees[k], metric)[method] for k in ("A", "B", "A′")}
+    units = noise_units(trees, method, metric)
+    a, b = (math.exp(np.mean(np.log([x[k][u] for u in units]))) for k in ("A", "B"))
+    if len(units) < 2:
+        return Row(
+            method, metric, None, None, f"{len(units)} common units: not compared", "REGRESSION"
+        )
+    d = log_ratios(x["B"], x["A"], units).mean()
+    e = log_ratios(x["A′"], x["A"], units)
+    t, se = threshold(e, z_for(tests), tol)
+    p = power(t, se, tol)
+    rule = (
+        f"B/A {math.exp(d) - 1:+.1%} ≥ {math.exp(-t) - 1:.1%} ({len(units)} units; A′/A "
+        f"{math.exp(e.mean()) - 1:+.1%}, SE {se:.3f}; power {p:.0%} at −{tol:.0%})"
+    )
+    verdict = "REGRESSION" if d < -t else "underpowered" if p < 0.9 else "better" if d > t else "ok"
+    return Row(method, metric, a, b, rule, verdict)
+
+
+def speed_rows(trees: dict[str, dict], tol: float) -> list[Row]:
+    """Every speed row: methods A measured and B did not fail as missing; B's new ones pass."""
+    tests = tests_of(trees)
+    rows = [check(trees, m, metric, tol, len(tests)) for m, metric in tests]
+    for m in trees["A"]:
+        if m not in trees["B"]:
+            rows.append(Row(m, "tokens_per_s", None, None, "measured at A, not at B", "missing"))
+    for m in trees["B"]:
+        if m not in trees["A"]:
+            rows.append(Row(m, "tokens_per_s", None, None, "not at the recorded commit", "new"))
+    return rows
+
+
+def simulate(
+    trees: dict[str, dict], tol: float, draws: int = 1000, seed: int = 0
+) -> tuple[float, dict[tuple[str, str], float]]:
+    """(false-alarm rate of a whole gate run, {(method, metric): detection rate of a tol
+    slowdown}) drawn from this run's own A′-against-A units (module docstring)."""
+    tests = [t for t in tests_of(trees) if len(noise_units(trees, *t)) >= 2]
+    if not tests:
+        return float("nan"), {}
+    rng = np.random.default_rng(seed)
+    z, drop = z_for(len(tests)), math.log(1 - tol)
+    e = {}
+    for m, metric in tests:
+        x = {k: speeds(trees[k], metric)[m] for k in ("A", "A′")}
+        e[m, metric] = log_ratios(x["A′"], x["A"], noise_units(trees, m, metric))
+    alarms, caught = 0, dict.fromkeys(tests, 0)
+    for _ in range(draws):
+        alarm = False
+        for key, ek in e.items():
+            n = len(ek)
+            d = ek[rng.integers(n, size=n)].mean()
+            t, _ = threshold(ek[rng.integers(n, size=n)], z, tol)
+            alarm |= d < -t
+            caught[key] += d + drop < -t
+        alarms += alarm
+    return alarms / draws, {k: v / draws for k, v in caught.items()}
