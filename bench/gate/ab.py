@@ -178,6 +178,8 @@ def measure(
                     got[k][method].update(figures(turns, prompt))
                 i += 1
                 progress.advance(task)
+            if not sys.stderr.isatty():  # a log file or CI: one plain line per prompt
+                print(f"gate A/B: prompt {prompt} measured on every tree", file=sys.stderr)
     return got, counts
 
 
