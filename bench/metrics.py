@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from bench import acceptance
+from bench.answers import answer_turns
 from methods.adaptive import step_rounds
 
 KEYS = ["task", "category", "method", "k", "temperature", "device", "engine", "weights", "dtype"]
@@ -175,26 +176,38 @@ def _speedup_totals(x: Scope):
 
 
 def specbench_speedup(method: pd.DataFrame, base: pd.DataFrame) -> float | None:
-    """Spec-Bench's statistic (evaluation/speed.py): per question, Σ tokens ÷ Σ wall time over
-    its turns, the baseline's tokens recounted from its answer text (`recount_tokens`, where
-    recorded); the mean over questions of the method's, over the mean of the baseline's. Here
-    each question's time per side is the median over its quiet repeats."""
-    q = ["task", "prompt_id"]
+    """Spec-Bench's statistic: evaluation/speed.py's formula on the answer files the run writes,
+    read from the same records (bench.answers.answer_turns: repeat 0, one answer per question).
+    Per question, tokens/s = Σ tokens ÷ Σ wall time over its turns, the method's tokens as
+    emitted (`new_tokens`), the baseline's recounted from its answer text (`recount_tokens`,
+    len(tokenizer(text).input_ids) − 1 per turn; `new_tokens` where not recorded); then
 
-    def per_question(df: pd.DataFrame, tokens: str) -> pd.Series:
-        df = df[_quiet(df)] if _quiet(df).any() else df
-        col = tokens if tokens in df and df[tokens].notna().all() else "new_tokens"
-        per_rep = df.groupby(q + ["repeat"]).agg(tok=(col, "sum"), wall=("wall_s", "sum"))
-        return (per_rep.tok / per_rep.wall).groupby(level=q).median()
+        speedup_specbench = mean over the method's questions of its tokens/s
+                            ÷ mean over the baseline's questions of its tokens/s
 
-    m, b = per_question(method, "new_tokens"), per_question(base, "recount_tokens")
-    both = m.index.intersection(b.index)
-    if not len(both) or b[both].mean() == 0:
-        return None
-    return float(m[both].mean() / b[both].mean())
+    a ratio of two means, the questions not paired (each file is averaged on its own)."""
+    m = specbench_tokens_per_s(method, "method", "new_tokens")
+    b = specbench_tokens_per_s(base, "baseline", "recount_tokens")
+    return float(m / b) if m is not None and b else None
 
 
-@metric("speedup_specbench", doc="Spec-Bench's own statistic: mean per-question tokens/s ratio")
+def specbench_tokens_per_s(df: pd.DataFrame, role: str, tokens: str) -> float | None:
+    """The mean over one answer file's questions of Σ tokens ÷ Σ wall time over their turns,
+    the tokens from the column `tokens` (`new_tokens` in a turn without it)."""
+    speeds = []
+    for turns in answer_turns(df.to_dict("records"), role).values():
+        tok = sum(r["new_tokens"] if pd.isna(r.get(tokens)) else r[tokens] for r in turns)
+        wall = sum(float(r["wall_s"]) for r in turns)
+        if wall > 0:
+            speeds.append(tok / wall)
+    return sum(speeds) / len(speeds) if speeds else None
+
+
+@metric(
+    "speedup_specbench",
+    doc="Spec-Bench's evaluation/speed.py on the run's answer files (repeat 0): the mean "
+    "per-question tokens/s of the method over the baseline's, its tokens recounted from its text",
+)
 def _speedup_specbench(x: Scope):
     return specbench_speedup(x.method, x.base)
 

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from bench import distcheck, lifecycle
 from bench import records as rec
+from bench.answers import answer_text, recount, write_answers
 from bench.interference import Band, LoadProbe, Rules, measure
 from bench.loop import generate
 from bench.memory import PeakMemory
@@ -98,7 +99,8 @@ class Runner:
             peak = self.mem.peak_delta()
             turns.append((ids, res, peak, load))
             answer = self.tokenizer.decode(res.output_ids, skip_special_tokens=True)
-            res.recount_tokens = len(self.tokenizer(answer).input_ids) - 1  # Spec-Bench's count
+            text = answer_text(self.tokenizer, res.output_ids)  # as the answer file holds it
+            res.recount_tokens = recount(self.tokenizer, text)  # speed.py's count of it
             messages.append({"role": "assistant", "content": answer})
         return turns
 
@@ -262,7 +264,6 @@ def execute(cfg: DictConfig, out: Path, progress=None, shared: dict | None = Non
     import pandas as pd
 
     from bench import cells
-    from bench.answers import write_answers
     from bench.metrics import summarize
 
     h, state, skip = lifecycle.open_cell(cfg, out)

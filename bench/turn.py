@@ -31,7 +31,7 @@ class TurnResult:
     stop: str = "length"
     static_bytes: int = 0  # held by the method before the turn (weights, kept indexes)
     state_bytes: int = 0  # the turn's own drafter state (inside the peak delta already)
-    recount_tokens: int | None = None  # Spec-Bench's recount: tokens of the decoded text − 1
+    recount_tokens: int | None = None  # speed.py's recount of the answer text (bench.answers)
 
 
 def bump(counts: list[int], upto: int) -> None:

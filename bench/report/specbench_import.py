@@ -2,7 +2,8 @@
 
 One JSON line per question:
     {"question_id", "category", "model_id", "choices": [{"turns", "new_tokens": [per turn],
-     "wall_time": [per turn], "accept_lengths": [[per step] per turn], ...}], ...}
+     "wall_time": [per turn], "accept_lengths": [per step, over the turns], ...}], ...}
+(a list per turn is read too)
 The baseline is named by the user; per method file, over the question ids both files hold:
     speedup = (Σ new tokens ÷ Σ wall time)_method ÷ (Σ new tokens ÷ Σ wall time)_baseline
               95% interval: percentile bootstrap over questions (bench.metrics.bootstrap_ratio)
