@@ -17,6 +17,7 @@ import torch
 
 from bench.interference import job_cpus
 from engines.cpu import FLAGS_THAT_MATTER, cpu_flags, cpu_kind
+from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
 
 MB = 1e6
@@ -223,17 +224,52 @@ class RecordWriter:
 
 
 def read_rows(path: Path) -> list[dict]:
-    """records.jsonl's rows; a last line cut by a kill is dropped."""
-    if not Path(path).exists():
-        return []
+    """records.jsonl's rows; a last line a kill cut short is left out (drop_cut_line removes
+    it before a resumed run appends). Any other line that is not a record is a UserError
+    naming the file and the line: the rows after it would otherwise be lost silently."""
+    return parse_rows(path)[0]
+
+
+def parse_rows(path: Path) -> tuple[list[dict], int | None]:
+    """(the rows of records.jsonl, the byte offset where a cut last line starts, or None)."""
+    path = Path(path)
+    if not path.exists():
+        return [], None
+    data = path.read_bytes()
+    *lines, tail = data.split(b"\n")  # tail: b"" after a whole last line, else a cut one
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return rows
+    for number, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+            raise UserError(corrupt(path, number, str(e).splitlines()[0]))
+        if not isinstance(row, dict):
+            raise UserError(corrupt(path, number, f"a JSON {type(row).__name__}, not a record"))
+        rows.append(row)
+    return rows, (len(data) - len(tail) if tail else None)
+
+
+def corrupt(path: Path, number: int, why: str) -> str:
+    return (
+        f"{path}:{number}: not a record ({why}); the file is left as it is: repair or remove "
+        "that line, or measure into another out="
+    )
+
+
+def drop_cut_line(path: Path) -> None:
+    """Before a resumed run appends to records.jsonl: a last line that a kill cut short is
+    removed, with one warning line, so that the next prompt's records start on a line of their
+    own; a corrupt line elsewhere raises (parse_rows) and leaves the file as it is."""
+    rows, cut = parse_rows(path)
+    if cut is None:
+        return
+    size = Path(path).stat().st_size
+    print(
+        f"warning: {path}: its last line was cut short ({size - cut} bytes, a write that was "
+        f"killed); dropped, resuming after its {len(rows)} whole records",
+        file=sys.stderr,
+    )
+    os.truncate(path, cut)
 
 
 def load(path: Path):
