@@ -6,6 +6,8 @@ every finished prompt, and a resumed run (bench.cells) continues after them.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import platform
@@ -128,10 +130,45 @@ def unit_records(info: dict, prompt, names: dict, runs: dict, verdicts: list[dic
 
 def git_sha() -> str | None:
     """HEAD's commit, with '-dirty' when tracked files differ from it (None outside git)."""
-    sha = (_git("rev-parse", "HEAD") or "").strip()
-    if not sha:
+    code = code_state()
+    if not code["commit"]:
         return None
-    return sha + ("-dirty" if dirty_files() else "")
+    return code["commit"] + ("-dirty" if code["modified"] else "")
+
+
+@functools.cache
+def code_state() -> dict:
+    """The code this process measures with, read once (the modules are imported by then):
+    {"commit": HEAD, "modified": tracked files that differ from it, "diff": a hash of those
+    differences (None when clean)}; outside git (a copied tree) {"commit": None, "sources": a
+    hash of the code's files}. cell.json keeps it, so that a resumed cell (bench.cells) is
+    refused when the code differs."""
+    commit = (_git("rev-parse", "HEAD") or "").strip()
+    if not commit:
+        return {"commit": None, "modified": [], "diff": None, "sources": sources_hash()}
+    modified = dirty_files()
+    diff = _git("diff", "HEAD", "--binary") if modified else None
+    digest = hashlib.sha256(diff.encode()).hexdigest()[:16] if diff is not None else None
+    return {"commit": commit, "modified": modified, "diff": digest}
+
+
+SOURCES = ("groundfloor", "engines", "tasks", "drafters", "methods", "bench", "conf")
+SOURCE_SUFFIXES = (".py", ".yaml", ".cpp", ".h", ".json", ".jsonl")
+
+
+def sources_hash(root: Path = ROOT) -> str:
+    """A hash of the code's files, paths and contents: what tells two copies of the tree apart
+    where there is no git to ask."""
+    files = sorted(
+        p
+        for folder in SOURCES
+        for p in (root / folder).rglob("*")
+        if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts
+    )
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def dirty_files(root: Path = ROOT) -> list[str]:

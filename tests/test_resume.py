@@ -11,13 +11,15 @@ import sys
 import pytest
 from conftest import ROOT, compose
 
-from bench import cells, lifecycle
+from bench import cells, lifecycle, records
 from bench.runner import Runner, execute
 from groundfloor.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only waits
 
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+CLEAN = {"commit": "a" * 40, "modified": [], "diff": None}
+OTHER = {"commit": "b" * 40, "modified": ["bench/loop.py"], "diff": "0123456789abcdef"}
 
 
 def tiny(target) -> list[str]:
@@ -115,3 +117,70 @@ def test_a_corrupt_middle_line_is_one_error_line_and_the_file_is_left_as_it_is(
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {out / 'records.jsonl'}:2: not a record")
     assert {name: (out / name).read_bytes() for name in before} == before  # (and Hydra's log)
+
+
+def test_a_cell_measured_by_other_code_is_refused_and_kept(tiny_target_dir, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    cfg = compose([*tiny(tiny_target_dir), "limit=1", f"out={out}"])
+    monkeypatch.setattr(records, "code_state", lambda: CLEAN)
+    execute(cfg, out)
+    assert cells.read(out)["code"] == CLEAN
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    no_engine(monkeypatch)
+    monkeypatch.setattr(records, "code_state", lambda: OTHER)
+    with pytest.raises(UserError) as e:
+        execute(cfg, out)  # complete: it would be skipped, and report the old code's results
+    assert str(e.value).startswith(
+        f"out={str(out)!r} was measured at commit aaaaaaaaaaaa (clean), this tree is "
+        "bbbbbbbbbbbb (modified: bench/loop.py); its results are left as they are"
+    )
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+def test_another_configuration_is_refused_naming_the_settings_that_differ(
+    tiny_target_dir, tmp_path
+):
+    out = tmp_path / "run"
+    execute(compose([*tiny(tiny_target_dir), "limit=1", f"out={out}"]), out)
+    with pytest.raises(UserError) as e:
+        execute(compose([*tiny(tiny_target_dir), "limit=2", "max_new_tokens=9", f"out={out}"]), out)
+    assert "holds the results of another configuration (cell " in str(e.value)
+    assert "; limit 1 → 2, max_new_tokens 8 → 9); choose another out=" in str(e.value)
+
+
+def test_code_changes_name_the_commit_and_the_trees_modifications():
+    assert cells.code_change(CLEAN, CLEAN) is None
+    assert cells.code_change(CLEAN, OTHER) == (
+        "commit aaaaaaaaaaaa (clean), this tree is bbbbbbbbbbbb (modified: bench/loop.py)"
+    )
+    again = {**OTHER, "diff": "fedcba9876543210"}  # the same file, modified otherwise
+    assert cells.code_change(OTHER, again).endswith(
+        "(modified: bench/loop.py), changed again since"
+    )
+    many = {**OTHER, "modified": [f"f{i}.py" for i in range(6)]}
+    assert "modified: f0.py, f1.py, f2.py, f3.py and 2 more" in cells.code_change(CLEAN, many)
+
+
+def test_outside_git_a_copy_is_told_apart_by_its_sources(tmp_path):
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "loop.py").write_text("K = 1\n")
+    (tmp_path / "bench" / "notes.log").write_text("not code")
+    first = records.sources_hash(tmp_path)
+    (tmp_path / "bench" / "notes.log").write_text("still not code")
+    assert records.sources_hash(tmp_path) == first
+    (tmp_path / "bench" / "loop.py").write_text("K = 2\n")
+    then, now = ({"commit": None, "sources": h} for h in (first, records.sources_hash(tmp_path)))
+    assert cells.code_change(then, then) is None
+    assert cells.code_change(then, {**now, "modified": []}) == (
+        f"a copy outside git (sources {first}), this tree is a copy outside git (sources "
+        f"{now['sources']})"
+    )
+
+
+def test_a_cell_from_before_the_code_record_reads_env_jsons_git_sha(tmp_path):
+    (tmp_path / "env.json").write_text(json.dumps({"git_sha": "c" * 40 + "-dirty"}))
+    then = cells.recorded_code(tmp_path, {"hash": "h", "status": "complete"})
+    assert then["commit"] == "c" * 40 and then["modified"] == ["files not recorded"]
+    assert cells.code_change(then, {**then, "diff": None, "modified": []})
+    (tmp_path / "env.json").unlink()
+    assert cells.recorded_code(tmp_path, {"hash": "h", "status": "running"}) is None
