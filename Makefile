@@ -41,10 +41,10 @@ gpu-wheels:  ## download what gpu-check needs on an offline GPU machine into whe
 	$(PY) -m pip download -q --no-deps -d wheels $(GPU_WHEELS)
 	@du -sh wheels
 
-gpu-check:  ## every method on CUDA (CPU: the tiny model) on models built in-process; installs wheels/ first if present
+gpu-check:  ## every method on CUDA (CPU: the tiny model) on models built in-process, measured afresh (resume=true: continue the last check's cells); installs wheels/ first if present
 	@if [ -d wheels ] && ! $(PY) -c "import hydra, gguf, transformers; assert tuple(map(int, transformers.__version__.split('.')[:2])) >= (5, 23)" 2>/dev/null; then \
 		$(PY) -m pip install -q --no-index --find-links wheels $(GPU_WHEELS); fi
-	PYTHONPATH=. $(PY) -m bench.gpu_check
+	PYTHONPATH=. $(PY) -m bench.gpu_check $(if $(filter true,$(resume)),--resume)
 
 bench:  ## the default sweep: every method with a default drafter (and transformers' peers) × core tasks, a few prompts each
 	$(PY) -m bench $(SWEEP)

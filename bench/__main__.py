@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from bench.config import ALIAS_NOTE, backend, check_overrides, register
 from bench.table import progress_bar
 from groundfloor.errors import UserError
+from groundfloor.paths import CONF, writable_dir
 
 SHARED: dict = {}  # engines loaded by earlier cells of this process: a sweep loads each once
 OUTSIDE: dict = {}  # seconds outside the measured turns, by part, summed over this process's cells
@@ -166,13 +167,31 @@ def sweep_axes(argv: list[str]) -> list[str]:
     return argv
 
 
+def output_dir(argv: list[str]) -> tuple[Path, str]:
+    """(folder, setting): where this command writes, as its command line or conf/config.yaml
+    names it: a sweep's hydra.sweep.dir, a run's hydra.run.dir or out=. An interpolated value
+    (the defaults' time stamp, a sweep's hash) is cut to the folders written out before it."""
+    from omegaconf import OmegaConf
+
+    given = dict(a.lstrip("+").split("=", 1) for a in argv if "=" in a)
+    conf = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml"), resolve=False)
+    if any(a in ("-m", "--multirun") for a in argv):
+        setting, default = "hydra.sweep.dir", conf["hydra"]["sweep"]["dir"]
+    else:
+        setting, default = "hydra.run.dir" if "hydra.run.dir" in given else "out", conf["out"]
+    value = given.get(setting, default)
+    fixed = value.split("${")[0]
+    return (Path(fixed) if fixed == value or fixed.endswith("/") else Path(fixed).parent), setting
+
+
 if __name__ == "__main__":
     warnings.filterwarnings("ignore", category=UserWarning)
     register()
     try:
         check_overrides(sys.argv[1:])
         refuse_shared_cpu(sys.argv[1:])
+        sys.argv[1:] = sweep_axes(sys.argv[1:])
+        writable_dir(*output_dir(sys.argv[1:]))  # before Hydra makes it, and before any load
     except UserError as e:
         fail(str(e))
-    sys.argv[1:] = sweep_axes(sys.argv[1:])
     main()

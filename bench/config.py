@@ -51,7 +51,9 @@ class RunConfig:
     dist_positions: int = 3  # leading positions tested by check=distribution
     dist_forced: bool = True  # check=distribution also draws with every round's draft rejected
     tie_tolerance: float = 0.05  # logit gap under which a greedy divergence is a near-tie
-    resume: bool = True  # a run directory holding this cell: skip it if complete, else continue
+    # a run directory holding this cell, measured by this code: skip it if complete, else
+    # continue (other code or another cell: refused, bench.cells)
+    resume: bool = True
     concurrency: int = 1  # backend=server: conversations in flight at once
     request_rate: Optional[float] = (
         None  # backend=server: starts per second (Poisson); None: unpaced

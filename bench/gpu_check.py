@@ -22,7 +22,11 @@ per category), with its interleaved `ar` (or `hf_ar`) baseline, and is checked f
   accepted   on the tiny target, the methods with accepting drafters accept drafted tokens;
   sampling   check=distribution at T = 1 for one chain (draft) and one tree (eagle) method on
              the tiny target: Bonferroni p ≥ 0.001.
-Writes gpu_check.md (the table) and summary.csv into --out; exit status 1 when a check fails.
+Writes gpu_check.md (the table) and summary.csv into --out, and each cell under --out/cells/<time>/
+(check.json: the code and settings that measured them); exit status 1 when a check fails, 2 on
+bad input. Every check measures afresh; --resume (make gpu-check resume=true) continues the last
+check's cells instead, and is refused when the code (commit, or the tree's modifications) or the
+settings differ from their record.
 """
 
 from __future__ import annotations
@@ -37,12 +41,14 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from bench import records
+from bench.cells import code_change
 from bench.config import compose
 from bench.records import cpu_name, load
 from bench.runner import execute
 from groundfloor.errors import UserError
 from groundfloor.models import resolve_device
-from groundfloor.paths import ROOT
+from groundfloor.paths import ROOT, writable_dir
 
 METHODS = [
     "ngram",
@@ -307,12 +313,22 @@ def main(argv=None) -> int:
     ap.add_argument("--peak", type=float, default=10.0, help="output-layer scale of smollm2")
     ap.add_argument("--dist-samples", type=int, default=200)
     ap.add_argument("--out", default="results/gpu_check")
-    a = ap.parse_args(argv)
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the last check's cells (make gpu-check resume=true) instead of measuring "
+        "afresh; refused when the code or the settings differ from theirs",
+    )
     try:
-        device = resolve_device(a.device)
+        return check(ap.parse_args(argv))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def check(a) -> int:
+    """Every cell, judged; the report written into --out; 0 when every check passes, else 1."""
+    device = resolve_device(a.device)
     cuda = device.type == "cuda"
     shapes = (a.shapes or ("smollm2,tiny" if cuda else "tiny")).split(",")
     methods = a.methods.split(",")
@@ -323,13 +339,9 @@ def main(argv=None) -> int:
     ):
         bad = [w for w in what if w not in allowed]
         if bad:
-            print(
-                f"error: {name} {bad[0]!r} is not valid; choose from {', '.join(allowed)}",
-                file=sys.stderr,
-            )
-            return 2
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+            raise UserError(f"{name} {bad[0]!r} is not valid; choose from {', '.join(allowed)}")
+    out = writable_dir(a.out, "--out")
+    cells = cells_dir(out, a, device)
     t0 = time.time()
     rows: list[dict] = []
     a.shared, a.sampling = {}, False
@@ -347,14 +359,14 @@ def main(argv=None) -> int:
         del target_model
         for dtype in dtypes:
             for method in methods:
-                where = out / "cells" / f"{shape}-{dtype}-{method}"
+                where = cells / f"{shape}-{dtype}-{method}"
                 row, recs = cell(target, dtype, method, drafters, extra, device.type, where, a)
                 rows.append(judge(shape, dtype, method, row, recs, cuda, a))
                 print(_line(rows[-1]), file=sys.stderr, flush=True)
         if shape == "tiny":
             a.sampling = True
             for method in ("draft", "eagle"):
-                where = out / "cells" / f"tiny-float32-{method}-T1"
+                where = cells / f"tiny-float32-{method}-T1"
                 row, recs = cell(target, "float32", method, drafters, extra, device.type, where, a)
                 rows.append(judge(shape, "float32", method, row, recs, cuda, a))
                 print(_line(rows[-1]), file=sys.stderr, flush=True)
@@ -364,15 +376,65 @@ def main(argv=None) -> int:
     where = torch.cuda.get_device_name(device) if cuda else cpu_name()
     head = (
         f"# GPU-path check on {device.type} ({where}): {len(rows)} cells, "
-        f"{sum(r['ok'] for r in rows)} pass, {wall:.0f} s; torch {torch.__version__}"
+        f"{sum(r['ok'] for r in rows)} pass, {wall:.0f} s; torch {torch.__version__}; "
+        f"cells in {cells}{' (resumed)' if a.resume else ''}"
     )
     pd.DataFrame(rows).to_csv(out / "summary.csv", index=False)
     (out / "gpu_check.md").write_text(markdown(rows, head))
     (out / "gpu_check.json").write_text(
-        json.dumps({"wall_s": round(wall, 1), "rows": rows}, indent=1)
+        json.dumps({"wall_s": round(wall, 1), "cells": str(cells), "rows": rows}, indent=1)
     )
     print(markdown(rows, head))
     return 0 if all(r["ok"] for r in rows) else 1
+
+
+def settings(a, device) -> dict:
+    """What shapes a cell's numbers beyond its run config: the models' output-layer scale is
+    not in the cell's hash (bench.cells), so the check keeps these itself."""
+    return {
+        "--device": device.type,
+        "--tokens": a.tokens,
+        "--peak": a.peak,
+        "--dist-samples": a.dist_samples,
+    }
+
+
+def cells_dir(out: Path, a, device) -> Path:
+    """The folder of this check's cells: a new one under out/cells/ (measured afresh), or with
+    --resume the last one there, once its record (check.json) shows this code and these
+    settings; another is refused in one line, its cells left as they are."""
+    now = {"code": records.code_state(), "settings": settings(a, device)}
+    earlier = sorted((out / "cells").glob("*/check.json"))
+    if a.resume and earlier:
+        refuse_other(earlier[-1].parent, json.loads(earlier[-1].read_text()), now)
+        print(f"resuming the cells in {earlier[-1].parent}", file=sys.stderr)
+        return earlier[-1].parent
+    if a.resume:
+        print(f"no earlier cells in {out / 'cells'}: measuring afresh", file=sys.stderr)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    folder, n = out / "cells" / stamp, 1
+    while folder.exists():  # two checks within a second
+        n += 1
+        folder = out / "cells" / f"{stamp}-{n}"
+    folder.mkdir(parents=True)
+    (folder / "check.json").write_text(json.dumps(now, indent=1))
+    return folder
+
+
+def refuse_other(folder: Path, then: dict, now: dict) -> None:
+    """UserError naming what differs between the cells' record and this check, if anything."""
+    why = []
+    if change := code_change(then.get("code") or {}, now["code"]):
+        why.append(f"were measured at {change}")
+    old = then.get("settings", {})
+    moved = [f"{k} {old.get(k)} → {v}" for k, v in now["settings"].items() if old.get(k) != v]
+    if moved:
+        why.append(f"were measured with other settings ({', '.join(moved)})")
+    if why:
+        raise UserError(
+            f"cells in {folder} {'; and '.join(why)}; they are left as they are: run without "
+            "resume=true (--resume) to measure afresh"
+        )
 
 
 def _line(r: dict) -> str:

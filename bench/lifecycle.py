@@ -16,10 +16,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from bench import cells
+from bench import cells, records
 from bench.interference import MIN_WINDOW_S, LoadProbe, Rules, interfered
 from engines.load import load
 from groundfloor.errors import UserError
+from groundfloor.paths import writable_dir
 from groundfloor.prompting import encode
 from tasks.loader import load_prompts
 from tasks.prompt import Prompt
@@ -57,28 +58,49 @@ def fit_prompts(cfg, prompts: list[Prompt], tokenizer, context: int | None):
 
 
 def open_cell(cfg, out: Path) -> tuple[str, dict | None, bool]:
-    """Validate the config, then (cell hash, its state in `out`, skip?): a complete cell of
-    the same hash is skipped with resume=true; `out` holding another cell, or this one with
-    resume=false, is refused before anything starts."""
+    """Validate the config and `out`, then (cell hash, its state in `out`, skip?), before
+    anything loads. With resume=true a complete cell of the same hash and code is skipped and
+    an unfinished one continues (a last records line that a kill cut short is dropped). `out`
+    that cannot be written, holding another cell, this cell measured by other code, this cell
+    with resume=false, or records with a corrupt line, is refused in one line, left as it is."""
     from bench.config import validate
 
     validate(cfg)
+    writable_dir(out)
     h, state = cells.cell_hash(cfg), cells.read(out)
-    if state and state["hash"] != h:
+    if not state:
+        return h, None, False
+    if state["hash"] != h:
+        changes = cells.config_changes(out, cfg)
         raise UserError(
             f"out={str(out)!r} holds the results of another configuration (cell "
-            f"{state['hash']}, this one is {h}); choose another out= or remove it"
+            f"{state['hash']}, this one is {h}"
+            f"{'; ' + cells.shown(changes) if changes else ''}); choose another out= or remove it"
         )
-    resume = bool(cfg.get("resume", True))
-    if state and resume and state["status"] == "complete" and (out / "summary.csv").exists():
-        print(f"complete, skipped: {out}", file=sys.stderr)
-        return h, state, True
-    if state and not resume:
+    if not cfg.resume:
         raise UserError(
             f"out={str(out)!r} already holds this cell's results; resume=true "
             f"continues it, or choose another out="
         )
+    refuse_other_code(out, state)
+    if state["status"] == "complete" and (out / "summary.csv").exists():
+        print(f"complete, skipped: {out}", file=sys.stderr)
+        return h, state, True
+    records.drop_cut_line(out / "records.jsonl")
     return h, state, False
+
+
+def refuse_other_code(out: Path, state: dict) -> None:
+    """A cell is resumed only by the code that measured it: another commit, or the tree
+    modified otherwise, would mix two programs' results (or skip a cell the new code never
+    ran)."""
+    then = cells.recorded_code(out, state)
+    change = then and cells.code_change(then, records.code_state())
+    if change:
+        raise UserError(
+            f"out={str(out)!r} was measured at {change}; its results are left as they "
+            "are: measure this code into another out= (a sweep: hydra.sweep.dir=), or remove it"
+        )
 
 
 def context_limit(config) -> int | None:

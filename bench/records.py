@@ -6,6 +6,8 @@ every finished prompt, and a resumed run (bench.cells) continues after them.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import platform
@@ -17,6 +19,7 @@ import torch
 
 from bench.interference import job_cpus
 from engines.cpu import FLAGS_THAT_MATTER, cpu_flags, cpu_kind
+from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
 
 MB = 1e6
@@ -127,10 +130,45 @@ def unit_records(info: dict, prompt, names: dict, runs: dict, verdicts: list[dic
 
 def git_sha() -> str | None:
     """HEAD's commit, with '-dirty' when tracked files differ from it (None outside git)."""
-    sha = (_git("rev-parse", "HEAD") or "").strip()
-    if not sha:
+    code = code_state()
+    if not code["commit"]:
         return None
-    return sha + ("-dirty" if dirty_files() else "")
+    return code["commit"] + ("-dirty" if code["modified"] else "")
+
+
+@functools.cache
+def code_state() -> dict:
+    """The code this process measures with, read once (the modules are imported by then):
+    {"commit": HEAD, "modified": tracked files that differ from it, "diff": a hash of those
+    differences (None when clean)}; outside git (a copied tree) {"commit": None, "sources": a
+    hash of the code's files}. cell.json keeps it, so that a resumed cell (bench.cells) is
+    refused when the code differs."""
+    commit = (_git("rev-parse", "HEAD") or "").strip()
+    if not commit:
+        return {"commit": None, "modified": [], "diff": None, "sources": sources_hash()}
+    modified = dirty_files()
+    diff = _git("diff", "HEAD", "--binary") if modified else None
+    digest = hashlib.sha256(diff.encode()).hexdigest()[:16] if diff is not None else None
+    return {"commit": commit, "modified": modified, "diff": digest}
+
+
+SOURCES = ("groundfloor", "engines", "tasks", "drafters", "methods", "bench", "conf")
+SOURCE_SUFFIXES = (".py", ".yaml", ".cpp", ".h", ".json", ".jsonl")
+
+
+def sources_hash(root: Path = ROOT) -> str:
+    """A hash of the code's files, paths and contents: what tells two copies of the tree apart
+    where there is no git to ask."""
+    files = sorted(
+        p
+        for folder in SOURCES
+        for p in (root / folder).rglob("*")
+        if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts
+    )
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def dirty_files(root: Path = ROOT) -> list[str]:
@@ -223,17 +261,52 @@ class RecordWriter:
 
 
 def read_rows(path: Path) -> list[dict]:
-    """records.jsonl's rows; a last line cut by a kill is dropped."""
-    if not Path(path).exists():
-        return []
+    """records.jsonl's rows; a last line a kill cut short is left out (drop_cut_line removes
+    it before a resumed run appends). Any other line that is not a record is a UserError
+    naming the file and the line: the rows after it would otherwise be lost silently."""
+    return parse_rows(path)[0]
+
+
+def parse_rows(path: Path) -> tuple[list[dict], int | None]:
+    """(the rows of records.jsonl, the byte offset where a cut last line starts, or None)."""
+    path = Path(path)
+    if not path.exists():
+        return [], None
+    data = path.read_bytes()
+    *lines, tail = data.split(b"\n")  # tail: b"" after a whole last line, else a cut one
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return rows
+    for number, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+            raise UserError(corrupt(path, number, str(e).splitlines()[0]))
+        if not isinstance(row, dict):
+            raise UserError(corrupt(path, number, f"a JSON {type(row).__name__}, not a record"))
+        rows.append(row)
+    return rows, (len(data) - len(tail) if tail else None)
+
+
+def corrupt(path: Path, number: int, why: str) -> str:
+    return (
+        f"{path}:{number}: not a record ({why}); the file is left as it is: repair or remove "
+        "that line, or measure into another out="
+    )
+
+
+def drop_cut_line(path: Path) -> None:
+    """Before a resumed run appends to records.jsonl: a last line that a kill cut short is
+    removed, with one warning line, so that the next prompt's records start on a line of their
+    own; a corrupt line elsewhere raises (parse_rows) and leaves the file as it is."""
+    rows, cut = parse_rows(path)
+    if cut is None:
+        return
+    size = Path(path).stat().st_size
+    print(
+        f"warning: {path}: its last line was cut short ({size - cut} bytes, a write that was "
+        f"killed); dropped, resuming after its {len(rows)} whole records",
+        file=sys.stderr,
+    )
+    os.truncate(path, cut)
 
 
 def load(path: Path):

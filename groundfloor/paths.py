@@ -8,7 +8,10 @@ in the repository.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+
+from groundfloor.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -17,3 +20,18 @@ ARTIFACTS = ROOT / "artifacts"
 
 def cache_root() -> Path:
     return Path(os.environ.get("SPECSWEEP_CACHE", Path.home() / ".cache" / "specsweep"))
+
+
+def writable_dir(folder, setting: str = "out") -> Path:
+    """`folder`, created with its parents, once a file could be written in it: a run that
+    cannot keep its results stops in one line (UserError naming `setting`) before it loads or
+    measures anything."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise UserError(f"{setting}={str(folder)!r} cannot be created or written: {why}")
+    return folder

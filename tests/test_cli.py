@@ -230,6 +230,34 @@ def test_bad_input_is_one_clear_line_from_a_fresh_interpreter(arg, tmp_path):
     one_clear_line(p.returncode, p.stderr, message)
 
 
+@pytest.mark.parametrize(
+    "args, setting",
+    [
+        (["method=ngram", "out=/proc/x"], "out"),
+        (["-m", "method=ngram,draft", "hydra.sweep.dir=/proc/x"], "hydra.sweep.dir"),
+    ],
+    ids=["run", "sweep"],
+)
+def test_an_out_that_cannot_be_written_is_one_line_before_anything_loads(args, setting, tmp_path):
+    """Checked from the command line before Hydra creates the folder: no engine, not even
+    torch, is loaded (a torch that fails on import stands in for it; bench.lifecycle.open_cell
+    checks each cell's folder again)."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('torch was imported')")
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=ROOT,
+        env=dict(ENV, PYTHONPATH=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == [
+        f"error: {setting}='/proc/x' cannot be created or written: No such file or directory"
+    ]
+
+
 def test_malformed_jsonl_names_file_and_line(tmp_path):
     f = tmp_path / "q.jsonl"
     f.write_text('{"question_id": 1, "category": "qa", "turns": ["hi"]}\n{"question_id": 2,\n')
