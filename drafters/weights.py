@@ -3,7 +3,7 @@
 A drafting step on a CPU is a read of the drafter's weights for a few rows: an EAGLE-3 head (the
 fused-feature fc, one decoder layer, its draft-vocabulary output layer) reads ~30 MB of float32
 per step, against ~96 MB for the whole int4 target. Per-row symmetric int8 (engines.formats,
-w = s[o]·q, float32 activations on engines/kernels/cpu.cpp) reads a quarter of that. It changes
+w = s[o]·q, float32 activations on engines/kernels/) reads a quarter of that. It changes
 the drafter's numbers slightly, never what is accepted (the target verifies every token).
 
     mode = choose(setting, weight, rows, device)   # "float" or "int8"

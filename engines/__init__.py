@@ -8,4 +8,9 @@ engines/formats.py, built from checkpoint tensors or GGUF blocks by engines/buil
 interface (engines/base.py) is all that methods, the baseline, the tree budget, the greedy
 verdict and training-data generation use; engines/probe.py times the cost curve c(q) and kernels;
 engines/load.py picks engine, weight format, dtype and kernel per machine and says why.
+
+Our CPU kernels are engines/kernels/, built by engines/native.py: contract.h states the numbers
+every build keeps; a new instruction set is one header (isa.h says how); a new kernel family is
+one file, its rows (linear.h says where) and one row of engines.native.FAMILIES, which maps each
+model.kernel value to its family.
 """

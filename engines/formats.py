@@ -15,15 +15,17 @@
                                                             scales rounded to bf16)
     q8_0      groups of 32, symmetric: w = d[o, g]·q        native only (GGUF's Q8_0 blocks)
 
-"native" is engines/kernels/cpu.cpp (engines.native): float32 in and out, each output a
-fixed sequence of operations whatever the number of input rows, so a verify forward gives
-each token the same numbers as a one-token forward. "native_q8a" runs the same int8/int4/q8_0
-weights with the activations quantized to int8 per block of 32 (llama.cpp's Q8_1 scheme) and
-integer products: other numbers than "native" (a kernel of its own, never the default), again
-the same for a token whatever the number of rows. The aten int8/int4 kernels take bfloat16
-activations (their fast CPU path): x is cast to bf16 and y back. A GGUF Q4_1 block (w = d·q + m)
-is an int4 group with scale d and offset m, as stored; Q8_0 blocks are q8_0. Weight-only
-quantization changes the target's numbers, so format and kernel are named next to every result.
+The native kernels are engines/kernels/ (engines.native), one kernel family per model.kernel
+value (engines.native.FAMILIES), float32 in and out, each output a fixed sequence of operations
+whatever the number of input rows, so a verify forward gives each token the same numbers as a
+one-token forward. "native" (family f32) takes the activations as they are; "native_q8a"
+(family q8a) runs the same int8/int4/q8_0 weights with the activations quantized to int8 per
+block of 32 (llama.cpp's Q8_1 scheme) and integer products: other numbers than "native" (a
+kernel of its own, never the default), again the same for a token whatever the number of rows.
+The aten int8/int4 kernels take bfloat16 activations (their fast CPU path): x is cast to bf16
+and y back. A GGUF Q4_1 block (w = d·q + m) is an int4 group with scale d and offset m, as
+stored; Q8_0 blocks are q8_0. Weight-only quantization changes the target's numbers, so format
+and kernel are named next to every result.
 """
 
 from __future__ import annotations
@@ -32,11 +34,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from engines import native
+
 FLOATS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 QUANTIZED = ("int8", "int4")
 FORMATS = tuple(FLOATS) + QUANTIZED
 GROUP = 32
-NATIVE = ("native", "native_q8a")  # our kernels (engines.native): the same weight layout
+NATIVE = tuple(native.FAMILIES)  # our kernels (engines.native): the same weight layout
 
 
 def cuda_int4_tiles(in_features: int) -> int | None:
@@ -74,9 +78,7 @@ def pack_nibbles(q: torch.Tensor) -> torch.Tensor:
 
 
 def _native():
-    from engines.native import kernels
-
-    return kernels()[0]
+    return native.kernels()[0]
 
 
 class Linear(nn.Module):
@@ -97,9 +99,7 @@ class Linear(nn.Module):
             self.register_buffer(name, t, persistent=False)
         self.register_buffer("bias", bias, persistent=False)
         if kernel in NATIVE and _native() is None:
-            from engines.native import kernels
-
-            raise RuntimeError(f"the native kernels are unavailable: {kernels()[1]}")
+            raise RuntimeError(f"the native kernels are unavailable: {native.kernels()[1]}")
 
     # --- construction -----------------------------------------------------------------------
     @classmethod
@@ -188,14 +188,11 @@ class Linear(nn.Module):
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         if self.kernel in NATIVE:
-            xf, mod = x2.float().contiguous(), _native()
-            q8a = self.kernel == "native_q8a"
+            xf, mod, fam = x2.float().contiguous(), _native(), native.family(self.kernel)
             if self.fmt == "int4":
-                y = (mod.q4_linear_q8a if q8a else mod.q4_linear)(
-                    xf, self.nib, self.scale, self.offset
-                )
+                y = mod.q4_linear(xf, self.nib, self.scale, self.offset, fam)
             else:
-                y = (mod.q8_linear_q8a if q8a else mod.q8_linear)(xf, self.qweight, self.scales)
+                y = mod.q8_linear(xf, self.qweight, self.scales, fam)
         elif self.fmt in FLOATS:
             if self.kernel == "onednn":
                 y = torch.ops.mkldnn._linear_pointwise(

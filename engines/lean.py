@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from engines import native
 from engines.base import Engine, Out
 from engines.cache import StaticCache
 from engines.formats import NATIVE, Linear
@@ -106,7 +107,7 @@ class Block(nn.Module):
         self.register_buffer("norm_post", norm_post, persistent=False)
         self.nh, self.nkv, self.hd, self.eps = heads, kv_heads, head_dim, eps
         self._layer_args = None  # engines.native's layer_ arguments, built on first use
-        self._q8a = False  # whether they run on native_q8a (int8 activations)
+        self._family = None  # with them, the kernel family of its projections (native.FAMILIES)
 
     def forward(self, x, cos, sin, kc, vc, start: int, mask):
         """x (B, n, H); cos/sin (B, n, hd); kc/vc (B, kv, cap, hd) this layer's cache;
@@ -140,13 +141,11 @@ class Block(nn.Module):
         for int4 blocks, {q, scale} for int8 rows), or [] when a projection is not on the native
         kernels or has a bias, or SPECSWEEP_LAYER_CALL=0 (then the layer runs op by op)."""
         if self._layer_args is None:
-            from engines.native import layer_call
-
             lins = (self.wqkv, self.wo, self.wgu, self.wd)
             kinds = {x.kernel for x in lins}
-            ok = layer_call() and len(kinds) == 1 and kinds <= set(NATIVE)
+            ok = native.layer_call() and len(kinds) == 1 and kinds <= set(NATIVE)
             ok = ok and all(x.bias is None for x in lins)
-            self._q8a = kinds == {"native_q8a"}
+            self._family = native.family(self.wqkv.kernel) if ok else None
             self._layer_args = (
                 [
                     [x.nib, x.scale, x.offset] if x.fmt == "int4" else [x.qweight, x.scales]
@@ -165,7 +164,7 @@ class Block(nn.Module):
         nh, nkv, hd = self.nh, self.nkv, self.hd
         weights = self.native_weights()
         if weights:
-            args = (kc, vc, start, cos[0], sin[0], mask, nh, nkv, hd, self.eps, self._q8a)
+            args = (kc, vc, start, cos[0], sin[0], mask, nh, nkv, hd, self.eps, self._family)
             nat.layer_(x[0], self.norm_in, self.norm_post, *weights, *args)
             return x
         n = x.shape[1]
@@ -192,9 +191,7 @@ def native_ops(x: torch.Tensor):
     """engines.native's module when x can take the per-row native path, else None."""
     if x.device.type != "cpu" or x.dtype != torch.float32 or x.shape[0] != 1:
         return None
-    from engines.native import kernels
-
-    return kernels()[0]
+    return native.kernels()[0]
 
 
 class LeanModel(nn.Module):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from engines import native
 from engines.cpu import cpu_flags
 from engines.formats import FLOATS, FORMATS, Linear
 from groundfloor.errors import UserError
@@ -33,7 +34,7 @@ from groundfloor.errors import UserError
 ENGINES = ("auto", "hf", "lean")
 WEIGHTS = ("auto",) + FORMATS
 DTYPES = ("auto",) + tuple(FLOATS)
-KERNELS = ("auto", "aten", "onednn", "native", "native_q8a")
+KERNELS = ("auto", "aten", "onednn", *native.FAMILIES)
 
 
 def native_dtypes(device: torch.device) -> list[str]:
@@ -173,8 +174,6 @@ def build_engine(source: Source, engine: str, weights: str, dtype: str, device, 
 
 def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[str, dict]:
     """The projections' kernel (see the module docstring), and why."""
-    from engines.native import kernels
-
     _check(kernel, KERNELS, "model.kernel")
     cpu = torch.device(device).type == "cpu"
     if kernel == "onednn" and not (cpu and weights == "float32"):
@@ -182,13 +181,13 @@ def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[st
             f"model.kernel=onednn runs float32 weights on a CPU, not "
             f"{weights} on {torch.device(device).type}; use model.kernel=auto"
         )
-    if kernel in ("native", "native_q8a"):
+    if kernel in native.FAMILIES:
         if not (cpu and weights in ("int8", "int4")):
             raise UserError(
                 f"model.kernel={kernel} runs int8/int4 weights on a CPU, not "
                 f"{weights} on {torch.device(device).type}; use model.kernel=auto"
             )
-        mod, why = kernels()
+        mod, why = native.kernels()
         if mod is None:
             raise UserError(
                 f"model.kernel={kernel}: the native kernels {why}; use model.kernel=aten"
@@ -196,7 +195,7 @@ def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[st
     if kernel != "auto":
         return kernel, {"reason": "asked for"}
     if cpu and weights in ("int8", "int4"):
-        mod, why = kernels()
+        mod, why = native.kernels()
         if mod is not None:
             return "native", {
                 "reason": f"auto: our block kernels ({why}; float32 activations, exact scales)"

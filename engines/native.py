@@ -1,12 +1,17 @@
-"""Our CPU kernels (engines/kernels/cpu.cpp), built on first use: block-quantized matrix
-products and the per-row layer ops of the lean forward (norm, rotary, attention, SiLU·mul).
+"""Our CPU kernels (engines/kernels/), built on first use: block-quantized matrix products and
+the per-row layer ops of the lean forward (norm, rotary, attention, SiLU·mul).
 
     mod, why = native.kernels()      # the compiled module, or None and the reason
+    mod.q4_linear(x, nib, scale, offset, family("native_q8a"))   # a product in a kernel family
 
-The source is compiled once per machine kind by torch's C++ extension loader (a minute on two
-cores) into $SPECSWEEP_KERNELS (default ~/.cache/specsweep-kernels), in a folder named by a hash
-of the source, the flags and torch's version, and reused afterwards: a built module is imported
-as it is, so another checkout of the same source (a clean clone, CI) does not rebuild it.
+engines/kernels/ is one translation unit, bindings.cpp, and the headers it includes (contract.h
+states the numbers every build keeps). It is compiled once per machine kind by torch's C++
+extension loader (a minute on two cores) into $SPECSWEEP_KERNELS (default
+~/.cache/specsweep-kernels), in a folder named by a hash of every file of engines/kernels/, the
+flags and torch's version, and reused afterwards: a built module is imported as it is, so
+another checkout of the same source (a clean clone, CI) does not rebuild it, and an edited
+header builds afresh.
+
 With AVX-512 it is built for AVX-512 (the products' same operations in the same order, two
 halves per instruction: bit-identical to the AVX2 build; with VNNI where the CPU has it, for the
 int8-activation products of model.kernel=native_q8a), with AVX2 and FMA for AVX2, otherwise
@@ -25,8 +30,14 @@ from pathlib import Path
 
 from engines.cpu import cpu_flags
 
-SOURCE = Path(__file__).parent / "kernels" / "cpu.cpp"
+FOLDER = Path(__file__).parent / "kernels"  # every file in it goes into the build's hash
+SOURCE = FOLDER / "bindings.cpp"  # the translation unit: it includes the rest
 _STATE: dict = {}
+
+# model.kernel → the kernel family that runs it: the module's `Family` enum (engines/kernels/
+# contract.h states each one's arithmetic). A new family: its file and rows in engines/kernels/
+# (linear.h says which), a row here, its tests.
+FAMILIES = {"native": "f32", "native_q8a": "q8a"}
 
 
 AVX2 = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
@@ -60,6 +71,12 @@ def _kind() -> str:
     return ask or kinds[0]
 
 
+def family(kernel: str):
+    """The module's Family value for model.kernel=`kernel` (one of FAMILIES), to pass to its
+    products and its one-call layer."""
+    return getattr(kernels()[0].Family, FAMILIES[kernel])
+
+
 def layer_call() -> bool:
     """Whether the lean forward runs a layer as one native call (layer_, the default) or op by
     op (SPECSWEEP_LAYER_CALL=0: the same numbers, to compare their speed)."""
@@ -85,14 +102,10 @@ def kernels():
 
 def build(kind: str):
     """The module built for `kind` (one of FLAGS), compiled on first use and reused after."""
-    import torch
     from torch.utils.cpp_extension import load
 
     cflags = FLAGS[kind] + (VNNI if kind == "avx512" and vnni() else [])
-    key = hashlib.sha256(
-        SOURCE.read_bytes() + " ".join([kind, *cflags, torch.__version__]).encode()
-    ).hexdigest()[:12]
-    name = f"specsweep_cpu_{kind}_{key}"
+    name = f"specsweep_cpu_{kind}_{digest(kind, cflags)}"
     # its own folder, not under $SPECSWEEP_CACHE (tests point that at temporary folders)
     folder = (
         Path(os.environ.get("SPECSWEEP_KERNELS", Path.home() / ".cache" / "specsweep-kernels"))
@@ -110,6 +123,18 @@ def build(kind: str):
         build_directory=str(folder),
         verbose=False,
     )
+
+
+def digest(kind: str, cflags: list[str]) -> str:
+    """What names a build: every file of engines/kernels/ (an edited header builds afresh), the
+    build's kind and flags, and torch's version; 12 hex digits."""
+    import torch
+
+    h = hashlib.sha256()
+    for path in sorted(p for p in FOLDER.iterdir() if p.is_file()):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    h.update(" ".join([kind, *cflags, torch.__version__]).encode())
+    return h.hexdigest()[:12]
 
 
 def _import(name: str, path: Path):

@@ -380,11 +380,42 @@ def test_quantized_lean_matches_a_float_forward_over_its_own_values(
     assert close(a, b, {"native": 1e-5, "aten": 0.03, "native_q8a": 0.05}[kernel])
 
 
+def test_every_native_kernel_value_is_a_family_of_the_module():
+    """engines.native.FAMILIES is the one table from model.kernel to the module's kernel
+    families: each of its rows names a family the module has, each family has a row, and each
+    row is a model.kernel value."""
+    from engines import native
+    from engines.load import KERNELS
+
+    mod = native.kernels()[0]
+    assert set(native.FAMILIES.values()) == set(mod.Family.__members__)
+    assert set(native.FAMILIES) <= set(KERNELS)
+    assert native.family("native_q8a") == mod.Family.q8a
+
+
+def test_a_build_is_named_by_every_file_of_the_kernel_folder(tmp_path, monkeypatch):
+    """An edited header (not only the translation unit) names another build, so it is built
+    afresh instead of an older one imported."""
+    import shutil
+
+    from engines import native
+
+    folder = tmp_path / "kernels"
+    shutil.copytree(native.FOLDER, folder)
+    monkeypatch.setattr(native, "FOLDER", folder)
+    before = native.digest("avx2", native.FLAGS["avx2"])
+    assert native.digest("portable", native.FLAGS["portable"]) != before
+    header = folder / "contract.h"
+    header.write_text(header.read_text() + "\n")
+    assert native.digest("avx2", native.FLAGS["avx2"]) != before
+
+
 @pytest.mark.slow
 def test_the_avx512_kernels_equal_the_avx2_build_bit_for_bit():
     """The AVX-512 build does the same fmas in the same order, two halves at a time: every
-    product, norm and rotary equals the AVX2 build's exactly, for any batch (1-33 rows, a tile
-    remainder of output rows), so a gate recorded on one CPU holds on the other."""
+    product (in every kernel family), norm and rotary equals the AVX2 build's exactly, for any
+    batch (1-33 rows, a tile remainder of output rows), so a gate recorded on one CPU holds on
+    the other."""
     from engines import native
 
     if "avx512" not in native.supported():
@@ -401,14 +432,15 @@ def test_the_avx512_kernels_equal_the_avx2_build_bit_for_bit():
         q8 = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
         for m in (1, 2, 3, 4, 5, 8, 9, 16, 17, 33):
             x = torch.randn(m, k, generator=g)
-            a, b = wide.q4_linear(x, nib, scale, offset), narrow.q4_linear(x, nib, scale, offset)
-            assert torch.equal(a, b), (n, k, m)
-            assert torch.equal(wide.q8_linear(x, q8, scale), narrow.q8_linear(x, q8, scale))
-            assert torch.equal(a[-1:], wide.q4_linear(x[-1:], nib, scale, offset))
-            # int8 activations: integer sums and the same scaling order (VNNI where present)
-            a = wide.q4_linear_q8a(x, nib, scale, offset)
-            assert torch.equal(a, narrow.q4_linear_q8a(x, nib, scale, offset)), (n, k, m)
-            assert torch.equal(wide.q8_linear_q8a(x, q8, scale), narrow.q8_linear_q8a(x, q8, scale))
+            # f32: float32 activations; q8a: integer sums, the same scaling order (VNNI where
+            # present, its blocks in pairs: k = 96 has an odd number, the 8-lane path)
+            for fam in native.FAMILIES.values():
+                fw, fn = getattr(wide.Family, fam), getattr(narrow.Family, fam)
+                a = wide.q4_linear(x, nib, scale, offset, fw)
+                assert torch.equal(a, narrow.q4_linear(x, nib, scale, offset, fn)), (fam, n, k, m)
+                b = narrow.q8_linear(x, q8, scale, fn)
+                assert torch.equal(wide.q8_linear(x, q8, scale, fw), b), (fam, n, k, m)
+                assert torch.equal(a[-1:], wide.q4_linear(x[-1:], nib, scale, offset, fw))
     x, w = torch.randn(5, 576, generator=g), torch.randn(576, generator=g)
     assert torch.equal(wide.rms_norm(x, w, 1e-5), narrow.rms_norm(x, w, 1e-5))
     cos, sin = torch.randn(5, 64, generator=g), torch.randn(5, 64, generator=g)

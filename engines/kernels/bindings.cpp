@@ -1,0 +1,30 @@
+// The Python module engines/native.py builds from this directory: the one translation unit,
+// which includes the rest (contract.h states the numbers every build keeps; isa.h picks the
+// build's ISA header; gemm.h drives the products; family_*.h, linear.h, rowops.h, layer.h).
+#include <torch/extension.h>
+
+#include <string>
+
+#include "isa.h"
+#include "layer.h"
+#include "linear.h"
+#include "rowops.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace specsweep;
+  // module_local: each build (avx512, avx2, portable) has its own, so that several load in one
+  // process (the tests compare them), each module taking only its own values
+  py::enum_<Family>(m, "Family", "the products' arithmetic (contract.h); model.kernel names one",
+                    py::module_local())
+      .value("f32", Family::f32, "float32 activations (model.kernel=native)")
+      .value("q8a", Family::q8a, "int8 activations per block of 32 (model.kernel=native_q8a)");
+  m.def("q4_linear", &q4_linear, "y = x Wᵀ for q4 blocks (float32 x, y), in a family");
+  m.def("q8_linear", &q8_linear, "y = x Wᵀ for q8 blocks (float32 x, y), in a family");
+  m.def("quantize_q8a", &quantize_q8a, "x per block of 32 as q8a takes it: (q, d, s = d·Σq)");
+  m.def("rms_norm", &rms_norm, "w · x / sqrt(mean(x²) + eps) per row");
+  m.def("add_rms_norm_", &add_rms_norm_, "x += r; rms_norm(x)");
+  m.def("rope_", &rope_, "rotary embedding in place");
+  m.def("layer_", &layer_, "one decoder layer (Block.forward_native) in one call, in a family");
+  m.def("vectorized", [] { return std::string(ISA) != "portable"; }, "built with AVX2/FMA");
+  m.def("isa", [] { return std::string(ISA); }, "the instruction set the products were built for");
+}

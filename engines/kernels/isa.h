@@ -1,0 +1,36 @@
+// The build's instruction set: the widest ISA header the compiler's flags allow (engines/native.py
+// FLAGS picks the flags; SPECSWEEP_ISA asks for a narrower build). A header extends the one it
+// includes, so a build has every narrower header's functions too.
+//
+// What every ISA header provides, each keeping contract.h's order (isa_portable.h is the
+// reference, in plain C++):
+//   Vec                          8 float lanes;  vzero(), vload(p), vfma(a, b, c) = a·b + c
+//   finish(a0, a1)               contract.h's fixed sum of two accumulators
+//   q4_block, q8_block           f32: one block's 32 weights as four Vec
+//   quantize_block               q8a: 32 activations to int8, their sum and scale
+//   q8a_block<MM>                q8a: one block's integer products with MM input rows
+//   dot(a, b, n)                 the row ops' Σ a·b (rowops.h)
+// and may specialize IsaMicro<Family> (contract.h) with a microkernel of its own (gemm.h).
+// A new ISA: its header, one line here and its name, and the build's flags in engines/native.py.
+#pragma once
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__AVX512F__) && \
+    defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#include "isa_avx512vnni.h"
+#define SPECSWEEP_ISA_NAME "avx512+vnni"
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__AVX512F__)
+#include "isa_avx512.h"
+#define SPECSWEEP_ISA_NAME "avx512"
+#elif defined(__AVX2__) && defined(__FMA__)
+#include "isa_avx2.h"
+#define SPECSWEEP_ISA_NAME "avx2"
+#else
+#include "isa_portable.h"
+#define SPECSWEEP_ISA_NAME "portable"
+#endif
+
+namespace specsweep {
+
+constexpr const char* ISA = SPECSWEEP_ISA_NAME;
+
+}  // namespace specsweep

@@ -1,0 +1,55 @@
+// The weight-only block-quantized products y = x · Wᵀ (x (M, K), y (M, N) float32) as Python
+// calls them: the weights' tensors checked and read as contract.h's blocks, then the family's
+// product, one row per family below. A new family: its enumerator in contract.h, its file
+// (family_<name>.h, on the pattern of family_f32.h), its row here and in bindings.cpp's enum, its
+// row in engines/native.py FAMILIES, its tests.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <stdexcept>
+
+#include "family_f32.h"
+#include "family_q8a.h"
+
+namespace specsweep {
+
+template <typename W>
+torch::Tensor linear(const W& w, const torch::Tensor& x, int64_t N, Family family) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x must be a contiguous float32 (M, K) tensor");
+  TORCH_CHECK(x.size(1) == w.K && w.K % BLOCK == 0,
+              "x's K must match the weights and divide by 32");
+  switch (family) {
+    case Family::f32: return linear_f32(w, x, N);
+    case Family::q8a: return linear_q8a(w, x, N);
+  }
+  throw std::invalid_argument("unknown kernel family");
+}
+
+inline void check_scale(const torch::Tensor& s, int64_t N, int64_t K) {
+  TORCH_CHECK(s.scalar_type() == torch::kFloat32 && s.is_contiguous() && s.dim() == 2 &&
+              s.size(0) == N && s.size(1) == K / BLOCK, "scales: contiguous float32 (N, K/32)");
+}
+
+inline torch::Tensor q4_linear(torch::Tensor x, torch::Tensor nib, torch::Tensor scale,
+                               torch::Tensor offset, Family family) {
+  TORCH_CHECK(nib.scalar_type() == torch::kUInt8 && nib.is_contiguous() && nib.dim() == 2,
+              "nib: contiguous uint8 (N, K/2)");
+  const int64_t N = nib.size(0), K = nib.size(1) * 2;
+  check_scale(scale, N, K);
+  check_scale(offset, N, K);
+  return linear(Q4{nib.data_ptr<uint8_t>(), scale.data_ptr<float>(), offset.data_ptr<float>(), K},
+                x, N, family);
+}
+
+inline torch::Tensor q8_linear(torch::Tensor x, torch::Tensor q, torch::Tensor scale,
+                               Family family) {
+  TORCH_CHECK(q.scalar_type() == torch::kInt8 && q.is_contiguous() && q.dim() == 2,
+              "q: contiguous int8 (N, K)");
+  const int64_t N = q.size(0), K = q.size(1);
+  check_scale(scale, N, K);
+  return linear(Q8{q.data_ptr<int8_t>(), scale.data_ptr<float>(), K}, x, N, family);
+}
+
+}  // namespace specsweep
