@@ -167,7 +167,9 @@ def load_engine(path: Path, target, weights: str = "float"):
         tensors["model.embed_tokens.weight"] = target.embed_weight
         tensors["lm_head.weight"] = state["head.weight"]
         if weights == "int8":
-            fmt, kernel = "int8", "native"
+            from drafters.weights import int8_kernel
+
+            fmt, kernel = "int8", int8_kernel()
         else:
             fmt, kernel = str(target.dtype).removeprefix("torch."), "aten"
         model = build.build(cfg, tensors, fmt, target.dtype, target.device, kernel)

@@ -3,8 +3,11 @@
 A drafting step on a CPU is a read of the drafter's weights for a few rows: an EAGLE-3 head (the
 fused-feature fc, one decoder layer, its draft-vocabulary output layer) reads ~30 MB of float32
 per step, against ~96 MB for the whole int4 target. Per-row symmetric int8 (engines.formats,
-w = s[o]·q, float32 activations on engines/kernels/) reads a quarter of that. It changes
-the drafter's numbers slightly, never what is accepted (the target verifies every token).
+w = s[o]·q on engines/kernels/) reads a quarter of that, on the kernel the target's GGUF blocks
+run on: int8 activations and integer products on repacked tiles (native_q8a) where the build has
+integer SIMD, else float32 activations (native); chosen by the instruction set (`int8_kernel`).
+It changes the drafter's numbers slightly, never what is accepted (the target verifies every
+token).
 
     mode = choose(setting, weight, rows, device)   # "float" or "int8"
     quantize(module)                               # its nn.Linear layers → int8, native
@@ -100,7 +103,15 @@ def quantize(module: nn.Module) -> nn.Module:
     return module
 
 
+def int8_kernel() -> str:
+    """The native kernel a drafter's int8 layers run on: native_q8a where the build has integer
+    SIMD (AVX2, AVX-512), else native."""
+    from engines import native
+
+    return "native_q8a" if native.integer_simd() else "native"
+
+
 def to_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
     """A (out, in) matrix used as x @ weightᵀ (+ bias) as an int8 Linear on the native kernels."""
     b = None if bias is None else bias.detach().float()
-    return Linear.from_float(weight.detach().float(), "int8", b, kernel="native")
+    return Linear.from_float(weight.detach().float(), "int8", b, kernel=int8_kernel())

@@ -117,6 +117,8 @@ class Linear(nn.Module):
             q, s = quantize_int8(w)
             if kernel in NATIVE:  # the row's scale for each of its groups: the same values
                 groups = s[:, None].expand(-1, shape[1] // GROUP).contiguous()
+                if native.repacked(kernel):
+                    return cls("int8", kernel, shape, {"packed": _native().repack_q8(q, groups)}, b)
                 return cls(
                     "int8", kernel, shape, {"qweight": q.to(device), "scales": groups.to(device)}, b
                 )
@@ -150,6 +152,9 @@ class Linear(nn.Module):
             raise ValueError(f"int4 needs in_features divisible by {GROUP}, got {i}")
         dev = torch.device(device)
         b = None if bias is None else bias.to(dev)
+        if native.repacked(kernel):  # repacked once, here (family q8a's tiles)
+            t = {"packed": _native().repack_q4(pack_nibbles(q), scale.float(), offset.float())}
+            return cls("int4", kernel, (o, i), t, b)
         if kernel in NATIVE:
             t = {
                 "nib": pack_nibbles(q).to(dev),
@@ -175,6 +180,8 @@ class Linear(nn.Module):
         if kernel not in NATIVE:
             w = (q.view(q.shape[0], -1, GROUP).float() * d[..., None]).view(q.shape)
             return cls.from_float(w, "int8", device=device, kernel="aten")
+        if native.repacked(kernel):
+            return cls("q8_0", kernel, tuple(q.shape), {"packed": _native().repack_q8(q, d)}, None)
         return cls(
             "q8_0",
             kernel,
@@ -189,7 +196,9 @@ class Linear(nn.Module):
         x2 = x.reshape(-1, shape[-1])
         if self.kernel in NATIVE:
             xf, mod, fam = x2.float().contiguous(), _native(), native.family(self.kernel)
-            if self.fmt == "int4":
+            if native.repacked(self.kernel):
+                y = mod.packed_linear(xf, self.packed, self.out_features)
+            elif self.fmt == "int4":
                 y = mod.q4_linear(xf, self.nib, self.scale, self.offset, fam)
             else:
                 y = mod.q8_linear(xf, self.qweight, self.scales, fam)
@@ -220,6 +229,9 @@ class Linear(nn.Module):
     def dequantized(self) -> torch.Tensor:
         """The weight as the kernel applies it, (out, in) float32 (tests and drafters)."""
         o, i = self.out_features, self.in_features
+        if native.repacked(self.kernel):
+            q, d, m = _native().unpack(self.packed, o)
+            return (q.float().view(o, i // GROUP, GROUP) * d[..., None] + m[..., None]).view(o, i)
         if self.kernel in NATIVE:
             if self.fmt == "int4":
                 lo, hi = self.nib & 0x0F, self.nib >> 4

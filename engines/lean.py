@@ -148,7 +148,11 @@ class Block(nn.Module):
             self._family = native.family(self.wqkv.kernel) if ok else None
             self._layer_args = (
                 [
-                    [x.nib, x.scale, x.offset] if x.fmt == "int4" else [x.qweight, x.scales]
+                    [x.packed, torch.tensor(x.out_features)]
+                    if native.repacked(x.kernel)
+                    else [x.nib, x.scale, x.offset]
+                    if x.fmt == "int4"
+                    else [x.qweight, x.scales]
                     for x in lins
                 ]
                 if ok
@@ -157,8 +161,10 @@ class Block(nn.Module):
         return self._layer_args
 
     def forward_native(self, nat, x, cos, sin, kc, vc, start: int, mask):
-        """The same layer with engines.native's per-row norm and rotary (CPU, float32, batch 1):
-        one call each instead of chains of small torch ops; x is updated in place. With every
+        """The same layer with engines.native's per-row norm, rotary, attention and SiLU·mul
+        (CPU, float32, batch 1): one call each instead of chains of small torch ops, each row's
+        numbers independent of the other rows (engines/kernels/attention.h); x is updated in
+        place. With every
         projection on the native kernels the whole layer is one call (`layer_`: these ops in
         this order, the same numbers, without the Python between them)."""
         nh, nkv, hd = self.nh, self.nkv, self.hd
@@ -175,15 +181,9 @@ class Block(nn.Module):
             qkv[:, nh * hd : (nh + nkv) * hd].view(n, nkv, hd).transpose(0, 1)
         )
         vc[0, :, start : start + n] = qkv[:, (nh + nkv) * hd :].view(n, nkv, hd).transpose(0, 1)
-        q = qkv[:, : nh * hd].view(1, n, nh, hd).transpose(1, 2)
-        o = F.scaled_dot_product_attention(
-            q, kc[:, :, : start + n], vc[:, :, : start + n], attn_mask=mask, enable_gqa=nh != nkv
-        )
-        h = nat.add_rms_norm_(
-            xs, self.wo(o.transpose(1, 2).reshape(n, nh * hd)), self.norm_post, self.eps
-        )
-        g, u = self.wgu(h).chunk(2, dim=-1)
-        xs.add_(self.wd(F.silu(g) * u))
+        o = nat.attention(qkv, kc[0], vc[0], start, mask, nh, nkv, hd)  # (n, nh·hd)
+        h = nat.add_rms_norm_(xs, self.wo(o), self.norm_post, self.eps)
+        xs.add_(self.wd(nat.silu_mul(self.wgu(h))))
         return x
 
 

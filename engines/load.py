@@ -12,9 +12,13 @@
     kernel   auto   float32 weights on a CPU: MKL's F.linear or oneDNN on prepacked weights,
                     whichever runs this model's projection shapes faster here (1 and 8 rows);
                     int8/int4 on a CPU: our native kernels (engines.native) where they build,
-                    else torch's; anything else: torch's (aten). native_q8a (asked for only):
-                    the native kernels with the activations quantized to int8 per block of 32,
-                    as llama.cpp's CPU kernels do (other numbers: a target of its own).
+                    else torch's; anything else: torch's (aten). Of the native kernels, a GGUF
+                    file's blocks run on native_q8a (the activations quantized to int8 per
+                    block of 32 and integer products on weights repacked at load, as llama.cpp
+                    runs the file) where the build has integer SIMD (AVX2 or AVX-512), chosen
+                    by the instruction set, never by a clock; otherwise, and for weights
+                    quantized here, on native (float32 activations, exact scales). Both are
+                    batch invariant; they are different numbers, named in every result.
 Every choice and the timings behind it are returned as `choice` and land in env.json,
 config.yaml and the summary rows.
 """
@@ -196,6 +200,11 @@ def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[st
         return kernel, {"reason": "asked for"}
     if cpu and weights in ("int8", "int4"):
         mod, why = native.kernels()
+        if mod is not None and source.gguf is not None and native.integer_simd():
+            return "native_q8a", {
+                "reason": f"auto: the GGUF's own blocks with int8 activations, as llama.cpp "
+                f"runs them ({why}, {mod.isa()}; chosen by the instruction set)"
+            }
         if mod is not None:
             return "native", {
                 "reason": f"auto: our block kernels ({why}; float32 activations, exact scales)"

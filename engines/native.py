@@ -38,10 +38,20 @@ _STATE: dict = {}
 # contract.h states each one's arithmetic). A new family: its file and rows in engines/kernels/
 # (linear.h says which), a row here, its tests.
 FAMILIES = {"native": "f32", "native_q8a": "q8a"}
+# the families whose weights are repacked at load into their own tiles (contract.h: R4, R8)
+REPACKED = {"q8a"}
 
 
-AVX2 = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
-FLAGS = {"avx512": [*AVX2, "-mavx512f"], "avx2": AVX2, "portable": ["-O3", "-fopenmp"]}
+def repacked(kernel: str) -> bool:
+    """Whether model.kernel=`kernel` runs weights repacked at load (packed_linear)."""
+    return FAMILIES.get(kernel) in REPACKED
+
+
+# -ffp-contract=off: no a·b + c fused where the source does not say fma, so that a build with
+# FMA instructions rounds as the portable one does (contract.h)
+BASE = ["-O3", "-fopenmp", "-ffp-contract=off"]
+AVX2 = [*BASE, "-mavx2", "-mfma", "-mf16c"]
+FLAGS = {"avx512": [*AVX2, "-mavx512f"], "avx2": AVX2, "portable": BASE}
 VNNI = ["-mavx512bw", "-mavx512vnni"]  # native_q8a's integer products, where the CPU has them
 ORDER = ("avx512", "avx2", "portable")  # widest first
 
@@ -69,6 +79,13 @@ def _kind() -> str:
     if ask and ask not in kinds:
         raise ValueError(f"SPECSWEEP_ISA={ask!r}: this CPU runs {', '.join(kinds)}")
     return ask or kinds[0]
+
+
+def integer_simd() -> bool:
+    """Whether the build has integer SIMD (AVX2 or AVX-512) for the int8-activation products
+    (family q8a); the portable build multiplies them in plain loops."""
+    mod, _ = kernels()
+    return mod is not None and mod.isa() != "portable"
 
 
 def family(kernel: str):

@@ -233,10 +233,19 @@ def test_int4_native_kernel_holds_exact_values_and_is_batch_invariant():
     assert torch.equal(lin(x[:3]), y[:3]) and torch.equal(lin(x[:8]), y[:8])
 
 
+def q8a_reference(qw, dw, mw, qx, dx, sx):
+    """native_q8a's sum in float64: Σ_b dw·dx·Σ_j qw·qx (+ Σ_b mw·s)."""
+    n, m, nb = qw.shape[0], qx.shape[0], dw.shape[1]
+    i = torch.einsum("ngj,mgj->mng", qw.double().view(n, nb, 32), qx.double().view(m, nb, 32))
+    y = (i * dw.double()[None] * dx.double()[:, None]).sum(-1)
+    return y if mw is None else y + (mw.double()[None] * sx.double()[:, None]).sum(-1)
+
+
 def test_int8_activation_kernel_is_llama_cpps_arithmetic_and_batch_invariant():
     """native_q8a: x quantized per block of 32 (d = amax/127, q = round(x/d), ties to even),
-    then Σ_b dw·dx·Σ qw·qx (+ Σ_b mw·d·Σq for q4): within float rounding of that sum, each row
-    alike whatever the batch."""
+    then Σ_b dw·dx·Σ qw·qx (+ Σ_b mw·d·Σq for q4) on weights repacked at load (q4 scales in
+    float16, as GGUF's Q4_1 has them): within float rounding of that sum, each row alike
+    whatever the batch, and the repacked tiles give back the weights."""
     from engines.formats import Linear
     from engines.native import kernels
 
@@ -244,35 +253,34 @@ def test_int8_activation_kernel_is_llama_cpps_arithmetic_and_batch_invariant():
     q, scale, offset, want, x = int4_case()
     x = x * 3
     x[0, 5] = 40.0  # an outlier: its block's scale
-    qx, dx, sx = mod.quantize_q8a(x.contiguous())
+    qx, dx, sx, sq = mod.quantize_q8a(x.contiguous())
     blocks = x.view(x.shape[0], -1, 32)
     d = blocks.abs().amax(-1) / 127
     assert torch.equal(dx, d)
     assert torch.equal(qx.view_as(blocks), torch.round(blocks * (1 / d)[..., None]).to(torch.int8))
-    assert torch.equal(sx, d * qx.view_as(blocks).sum(-1).float())
+    assert torch.equal(sq, qx.view_as(blocks).sum(-1).int())
+    assert torch.equal(sx, d * sq.float())
     lin = Linear.from_int4(q, scale, offset, kernel="native_q8a")
-    y = lin(x)
-    qw = q.double().view(q.shape[0], -1, 32)
-    ref = torch.einsum(
-        "ngj,mgj,ng,mg->mn", qw, qx.double().view_as(blocks), scale.double(), dx.double()
+    s16, o16 = scale.half().float(), offset.half().float()
+    assert torch.equal(
+        lin.dequantized(),
+        (q.float().view(*s16.shape, 32) * s16[..., None] + o16[..., None]).view(q.shape),
     )
-    ref = ref + (offset.double()[None] * sx.double()[:, None]).sum(-1)
-    assert close(y.double(), ref, 1e-6)
+    y = lin(x)
+    assert close(y.double(), q8a_reference(q, s16, o16, qx, dx, sx), 1e-6)
     assert close(y, x @ want.t(), 0.02)  # the activations' rounding, ~1% here
     rows = torch.cat([lin(x[r : r + 1]) for r in range(x.shape[0])])
     assert torch.equal(y, rows)
     q8 = torch.randint(
         -128, 128, tuple(q.shape), dtype=torch.int8, generator=torch.Generator().manual_seed(1)
     )
-    lin8 = Linear.from_q8_0(q8, scale, kernel="native_q8a")
-    ref8 = torch.einsum(
-        "ngj,mgj,ng,mg->mn",
-        q8.double().view_as(qw),
-        qx.double().view_as(blocks),
-        scale.double(),
-        dx.double(),
+    lin8 = Linear.from_q8_0(q8, scale, kernel="native_q8a")  # float32 scales kept as they are
+    assert torch.equal(
+        lin8.dequantized(), (q8.float().view(*scale.shape, 32) * scale[..., None]).view(q.shape)
     )
-    assert close(lin8(x).double(), ref8, 1e-6)
+    assert close(lin8(x).double(), q8a_reference(q8, scale, None, qx, dx, sx), 1e-6)
+    got = mod.unpack(lin8.packed, q.shape[0])
+    assert torch.equal(got[0], q8) and torch.equal(got[1], scale)
 
 
 def test_int4_aten_kernel_rounds_scales_to_bfloat16():
@@ -411,17 +419,16 @@ def test_a_build_is_named_by_every_file_of_the_kernel_folder(tmp_path, monkeypat
 
 
 @pytest.mark.slow
-def test_the_avx512_kernels_equal_the_avx2_build_bit_for_bit():
-    """The AVX-512 build does the same fmas in the same order, two halves at a time: every
-    product (in every kernel family), norm and rotary equals the AVX2 build's exactly, for any
-    batch (1-33 rows, a tile remainder of output rows), so a gate recorded on one CPU holds on
-    the other."""
+def test_every_build_gives_the_same_bits():
+    """Each build (AVX-512, AVX2, portable C++: every one this CPU runs) does the same
+    operations in the same order: every product (in every kernel family; q8a on its repacked
+    tiles, with a tile remainder of output rows), norm and rotary equals the portable build's
+    exactly, for any batch (1-33 rows), so a gate recorded on one CPU holds on another."""
     from engines import native
 
-    if "avx512" not in native.supported():
-        pytest.skip("this CPU has no AVX-512")
-    wide, narrow = native.build("avx512"), native.build("avx2")
-    assert wide.isa().startswith("avx512") and narrow.isa() == "avx2"
+    builds = {k: native.build(k) for k in native.supported()}
+    ref = builds.pop("portable")
+    assert ref.isa() == "portable"
     g = torch.Generator().manual_seed(5)
     for n, k in ((12, 64), (7, 96), (37, 160)):
         q = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
@@ -429,25 +436,41 @@ def test_the_avx512_kernels_equal_the_avx2_build_bit_for_bit():
         nib = (blocks[..., :16] | (blocks[..., 16:] << 4)).reshape(n, k // 2).contiguous()
         scale = torch.rand(n, k // 32, generator=g) * 0.1 + 0.01
         offset = torch.randn(n, k // 32, generator=g) * 0.1
-        q8 = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+        q8 = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
+        p4, p8 = ref.repack_q4(nib, scale, offset), ref.repack_q8(q8, scale)
         for m in (1, 2, 3, 4, 5, 8, 9, 16, 17, 33):
             x = torch.randn(m, k, generator=g)
-            # f32: float32 activations; q8a: integer sums, the same scaling order (VNNI where
-            # present, its blocks in pairs: k = 96 has an odd number, the 8-lane path)
-            for fam in native.FAMILIES.values():
-                fw, fn = getattr(wide.Family, fam), getattr(narrow.Family, fam)
-                a = wide.q4_linear(x, nib, scale, offset, fw)
-                assert torch.equal(a, narrow.q4_linear(x, nib, scale, offset, fn)), (fam, n, k, m)
-                b = narrow.q8_linear(x, q8, scale, fn)
-                assert torch.equal(wide.q8_linear(x, q8, scale, fw), b), (fam, n, k, m)
-                assert torch.equal(a[-1:], wide.q4_linear(x[-1:], nib, scale, offset, fw))
+            want = {
+                fam: (
+                    ref.q4_linear(x, nib, scale, offset, getattr(ref.Family, fam)),
+                    ref.q8_linear(x, q8, scale, getattr(ref.Family, fam)),
+                )
+                for fam in native.FAMILIES.values()
+            }
+            assert torch.equal(ref.packed_linear(x, p4, n), want["q8a"][0])
+            for kind, mod in builds.items():
+                for fam, (a, b) in want.items():
+                    f = getattr(mod.Family, fam)
+                    assert torch.equal(mod.q4_linear(x, nib, scale, offset, f), a), (
+                        kind,
+                        fam,
+                        n,
+                        k,
+                        m,
+                    )
+                    assert torch.equal(mod.q8_linear(x, q8, scale, f), b), (kind, fam, n, k, m)
+                assert torch.equal(mod.packed_linear(x, p4, n), want["q8a"][0])
+                assert torch.equal(mod.packed_linear(x, p8, n), want["q8a"][1])
+                assert torch.equal(mod.repack_q4(nib, scale, offset), p4)
     x, w = torch.randn(5, 576, generator=g), torch.randn(576, generator=g)
-    assert torch.equal(wide.rms_norm(x, w, 1e-5), narrow.rms_norm(x, w, 1e-5))
     cos, sin = torch.randn(5, 64, generator=g), torch.randn(5, 64, generator=g)
-    xa, xb = x[:, :192].contiguous(), x[:, :192].contiguous()
-    wide.rope_(xa, 3, 64, cos, sin)
-    narrow.rope_(xb, 3, 64, cos, sin)
-    assert torch.equal(xa, xb)
+    xr = x[:, :192].contiguous()
+    ref.rope_(xr, 3, 64, cos, sin)
+    for kind, mod in builds.items():
+        assert torch.equal(mod.rms_norm(x, w, 1e-5), ref.rms_norm(x, w, 1e-5)), kind
+        xa = x[:, :192].contiguous()
+        mod.rope_(xa, 3, 64, cos, sin)
+        assert torch.equal(xa, xr), kind
 
 
 @pytest.mark.parametrize("kernel", ["native", "native_q8a"])
@@ -489,3 +512,75 @@ def test_one_call_per_layer_equals_the_layer_op_by_op(
     assert calls == [True, False]
     assert all(torch.equal(a, b) for a, b in zip(fused, plain))
     assert torch.equal(k_fused, k_plain)
+
+
+def random_tree(g, q: int):
+    """A random tree of q nodes in topological order (parent before child): (parents, depths,
+    ancestor mask (q, q), True where node i sees node j, itself included)."""
+    parent = [-1] + [int(torch.randint(-1, i, (1,), generator=g)) for i in range(1, q)]
+    depth, anc = [], torch.zeros(q, q, dtype=torch.bool)
+    for i in range(q):
+        depth.append(0 if parent[i] < 0 else depth[parent[i]] + 1)
+        j = i
+        while j >= 0:
+            anc[i, j], j = True, parent[j]
+    return parent, depth, anc
+
+
+def tree_rows_alone(eng, g, trials: int):
+    """For random prefixes and random trees of 2-64 nodes: each node's logits from one forward
+    over the whole tree, and from a forward of its path alone (ancestors then itself, causal);
+    → (tree logits, path logits) per trial."""
+    out = []
+    for _ in range(trials):
+        P, q = (
+            int(torch.randint(3, 40, (1,), generator=g)),
+            int(torch.randint(2, 65, (1,), generator=g)),
+        )
+        prefix = torch.randint(3, eng.vocab_size, (1, P), generator=g)
+        parent, depth, anc = random_tree(g, q)
+        ids = torch.randint(3, eng.vocab_size, (1, q), generator=g)
+        cache = eng.new_cache(P + 80)
+        eng.forward(prefix, cache)
+        mask = torch.cat([torch.ones(q, P, dtype=torch.bool), anc], 1)[None]
+        pos = torch.tensor([[P + d for d in depth]])
+        tree = eng.forward(ids, cache, positions=pos, mask=mask).logits[0]
+        alone = []
+        for i in range(q):
+            path = anc[i].nonzero().flatten()  # ancestors in slot order, which is depth order
+            cache.crop(P)
+            alone.append(eng.forward(ids[:, path], cache).logits[0, -1])
+        out.append((tree, torch.stack(alone)))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["native", "native_q8a"])
+def test_a_rows_logits_are_the_same_alone_or_in_any_tree_on_every_build(
+    tiny_target_dir, kernel, monkeypatch
+):
+    """Batch invariance of the whole forward: a node of a random tree (2-64 nodes, any shape,
+    after a random prefix) gets the logits bit for bit that a forward of its path alone gives:
+    the products, the attention over its visible keys in position order (not over the cache
+    slots the masked nodes hold) and the row ops depend on nothing but the row. And every
+    build (AVX-512, AVX2, portable) gives the same bits, so a greedy verify equals one-token
+    decoding on any machine, without near-tie exceptions."""
+    from engines import native
+
+    results = {}
+    for kind in native.supported():
+        monkeypatch.setattr(native, "_STATE", {"mod": native.build(kind), "why": f"built {kind}"})
+        eng, _ = load(
+            str(tiny_target_dir),
+            "cpu",
+            engine="lean",
+            weights="int4",
+            dtype="float32",
+            kernel=kernel,
+        )
+        results[kind] = tree_rows_alone(eng, torch.Generator().manual_seed(3), trials=4)
+        for tree, alone in results[kind]:
+            assert torch.equal(tree, alone), kind
+    first = results.pop("portable")
+    for kind, res in results.items():
+        assert all(torch.equal(a[0], b[0]) for a, b in zip(res, first)), kind

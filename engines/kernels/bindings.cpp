@@ -5,9 +5,11 @@
 
 #include <string>
 
+#include "attention.h"
 #include "isa.h"
 #include "layer.h"
 #include "linear.h"
+#include "repack.h"
 #include "rowops.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -20,10 +22,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .value("q8a", Family::q8a, "int8 activations per block of 32 (model.kernel=native_q8a)");
   m.def("q4_linear", &q4_linear, "y = x Wᵀ for q4 blocks (float32 x, y), in a family");
   m.def("q8_linear", &q8_linear, "y = x Wᵀ for q8 blocks (float32 x, y), in a family");
-  m.def("quantize_q8a", &quantize_q8a, "x per block of 32 as q8a takes it: (q, d, s = d·Σq)");
+  m.def("quantize_q8a", &quantize_q8a, "x per block of 32 as q8a takes it: (q, d, s = d·Σq, Σq)");
+  m.def("repack_q4", &repack_q4, "q4 blocks (nib, scale, offset) as q8a's tiles (R4)");
+  m.def("repack_q8", &repack_q8, "q8 blocks (q, scale) as q8a's tiles (R8)");
+  m.def("unpack", &unpack, "q8a's tiles of N rows back as (q, scale, offset)");
+  m.def("packed_linear", &packed_linear, "y = x Wᵀ in family q8a, W repacked (N output rows)");
   m.def("rms_norm", &rms_norm, "w · x / sqrt(mean(x²) + eps) per row");
   m.def("add_rms_norm_", &add_rms_norm_, "x += r; rms_norm(x)");
   m.def("rope_", &rope_, "rotary embedding in place");
+  m.def("attention", &attention, "decode attention over the cache, row by row (attention.h)");
+  m.def("silu_mul", &silu_mul, "silu(gate)·up of a fused (n, 2I) projection");
   m.def("layer_", &layer_, "one decoder layer (Block.forward_native) in one call, in a family");
   m.def("vectorized", [] { return std::string(ISA) != "portable"; }, "built with AVX2/FMA");
   m.def("isa", [] { return std::string(ISA); }, "the instruction set the products were built for");

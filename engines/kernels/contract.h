@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace specsweep {
@@ -36,16 +37,40 @@ enum class Family {
   //   a0 += w[16:24]·x[16:24];  a1 += w[24:32]·x[24:32]
   // and y = finish(a0, a1).
   f32,
-  // model.kernel=native_q8a (family_q8a.h): llama.cpp's scheme. Each input row is quantized
-  // per block of 32, d = amax/127, q = round(x/d) (x·(1/d) to nearest, ties to even),
-  // s = d·Σq; then per block the weights' integers and the activations' multiply as integers
-  // and are scaled once:
-  //   q4:  y = Σ_b dw·dx·Σ_j qw_j·qx_j + Σ_b mw·s        (w = dw·qw + mw, qw ∈ 0..15)
-  //   q8:  y = Σ_b dw·dx·Σ_j qw_j·qx_j                   (w = dw·qw, qw int8)
-  // Lane i of a block's integer sum holds its bytes 4i..4i+3; even blocks accumulate into a0
-  // and odd ones into a1 (fma(float(Σ), dw·dx, a)); y = finish(a0, a1) + the offsets' sum
-  // taken block by block (q8a_offsets). Other numbers than f32, hence a kernel of its own.
+  // model.kernel=native_q8a (family_q8a.h): llama.cpp's scheme. Each input row m is quantized
+  // per block b of 32, dx = amax/127, qx = round(x/dx) (x·(1/dx) to nearest, ties to even),
+  // sq = Σ qx (an integer), s = dx·float(sq); the weights run repacked (below). Per output n,
+  // from acc = 0, block by block in order:
+  //   i   = Σ_j qw_j·qx_j, an exact integer (so any split of the sum gives the same i)
+  //   acc = fma(float(i), dw·dx, acc);  q4 only:  acc = fma(mw, s, acc)
+  // and y = acc: one float chain per output, its steps depending on nothing but row m and
+  // row n, so a row's y is the same bits alone or among any number of rows, on every build.
+  // Weights: q4 w = dw·qw + mw (qw ∈ 0..15), q8 w = dw·qw (qw int8); in R4 dw and mw are
+  // float16 (GGUF's Q4_1 scales are), in R8 dw is float32.
   q8a,
+};
+
+// q8a's weights, repacked at load (repack.h) into tiles of TILE output rows: for tile t and
+// block b one chunk of bytes, the chunks tile-major (a thread's tiles are one stream), so that
+// a 16-lane vector holds one value per output row and an activation word broadcast to every
+// lane advances all 16 rows (vpdpbusd):
+//   R4 (320 B)  4 × 64 B: vector j, lane r (bytes 4r..4r+3) holds qw[r][4j..4j+3] in its low
+//               nibbles and qw[r][16+4j..16+4j+3] in its high ones; then dw (16 × float16)
+//               and mw (16 × float16) of the tile's rows
+//   R8 (576 B)  8 × 64 B: vector g, lane r holds qw[r][4g..4g+3] + 128 as unsigned bytes;
+//               then dw (16 × float32)
+// Rows past N (the last tile's padding) are zero.
+constexpr int64_t TILE = 16;
+
+struct R4 {
+  static constexpr int64_t CHUNK = 320;
+  const uint8_t* p; int64_t K, nb;
+  const uint8_t* chunk(int64_t t, int64_t b) const { return p + (t * nb + b) * CHUNK; }
+};
+struct R8 {
+  static constexpr int64_t CHUNK = 576;
+  const uint8_t* p; int64_t K, nb;
+  const uint8_t* chunk(int64_t t, int64_t b) const { return p + (t * nb + b) * CHUNK; }
 };
 
 // The weights' blocks (layouts above); K is the input width.
@@ -62,27 +87,11 @@ struct XF {
   XF at(int64_t m0) const { return XF{data + m0 * K, K}; }
 };
 
-// Quantized activations (q8a): q (M, K) int8, d and s (M, K/32), d8 each d repeated 8 times
-// (the AVX-512 products read two blocks' scales at once).
+// Quantized activations (q8a): q (M, K) int8; d, s (M, K/32) float32, sq (M, K/32) int32.
 struct XQ {
-  const int8_t* q; const float* d; const float* s; const float* d8; int64_t K, nb;
-  XQ at(int64_t m0) const {
-    return XQ{q + m0 * K, d + m0 * nb, s + m0 * nb, d8 + m0 * nb * 8, K, nb};
-  }
+  const int8_t* q; const float* d; const float* s; const int32_t* sq; int64_t K, nb;
+  XQ at(int64_t m0) const { return XQ{q + m0 * K, d + m0 * nb, s + m0 * nb, sq + m0 * nb, K, nb}; }
 };
-
-// q8a's offsets' sum for row n against input row m, block by block (q4 only: q8 has none).
-template <typename W>
-inline float q8a_offsets(const W& w, int64_t n, const XQ& x, int m) {
-  if constexpr (std::is_same_v<W, Q4>) {
-    float o = 0.0f;
-    for (int64_t b = 0; b < x.nb; ++b)
-      o = std::fma(w.offset[n * x.nb + b], x.s[m * x.nb + b], o);
-    return o;
-  } else {
-    return 0.0f;
-  }
-}
 
 // An ISA's own microkernel for a family (see gemm.h for the shape of one); an ISA header
 // specializes it where it has one. Without one, or where `fits` refuses the inputs, the

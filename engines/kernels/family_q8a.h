@@ -1,19 +1,27 @@
 // Family q8a (model.kernel=native_q8a): y = x · Wᵀ with the activations quantized to int8 per
-// block of 32 and integer products (contract.h). Its generic microkernel runs on the build's
-// 8-lane primitives (isa.h); isa_avx512vnni.h has one of its own.
+// block of 32 and the weights repacked into tiles of 16 output rows (contract.h, repack.h).
+// Threads take tiles; within a tile the input rows go in chunks of up to the microkernel's
+// MAX_M, a compile-time size so that their accumulators live in registers, the tile's weights
+// unpacked once per block for the whole chunk. The microkernel: the ISA's own where it has one
+// (isa_avx512vnni.h), else RLanes of the build's ISA header (AVX2 or portable).
 #pragma once
 
+#include <ATen/Parallel.h>
 #include <torch/extension.h>
 
+#include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "gemm.h"
 
 namespace specsweep {
 
-// The input rows as q8a quantizes them: q (M, K), d, s = d·Σq (M, K/32), d8 (M, K/32, 8).
+using RMicro = std::conditional_t<IsaMicro<Family::q8a>::present, IsaMicro<Family::q8a>, RLanes>;
+
+// The input rows as q8a quantizes them: q (M, K); d, s = d·Σq and sq = Σq (M, K/32).
 inline void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s,
-                          float* d8) {
+                          int32_t* sq) {
   const int64_t nb = K / BLOCK;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < nb; ++b) {
@@ -21,44 +29,61 @@ inline void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float
       const float dd = quantize_block(x + m * K + b * BLOCK, q + m * K + b * BLOCK, sum);
       d[m * nb + b] = dd;
       s[m * nb + b] = dd * static_cast<float>(sum);
-      for (int j = 0; j < 8; ++j) d8[(m * nb + b) * 8 + j] = dd;
+      sq[m * nb + b] = sum;
     }
 }
 
-// Generic microkernel (gemm.h): one output row at a time against MM input rows.
-struct Q8aLanes {
-  static constexpr int MAX_M = 8;
-  template <int MM, typename W>
-  static void chunk(const W& w, int64_t n0, int64_t rows, const XQ& x, float* y, int64_t N) {
-    for (int64_t r = 0; r < rows; ++r) {
-      Vec a[2][MM];
-      for (int m = 0; m < MM; ++m) a[0][m] = a[1][m] = vzero();
-      for (int64_t b = 0; b < x.nb; ++b) q8a_block<MM>(w, n0 + r, b, x, a);
-      for (int m = 0; m < MM; ++m)
-        y[m * N + n0 + r] = finish(a[0][m], a[1][m]) + q8a_offsets(w, n0 + r, x, m);
-    }
-  }
-};
-
-// x (M, K) float32, checked by the caller (linear.h).
+// y (M, N) for repacked weights w (N output rows) and quantized rows x.
 template <typename W>
-torch::Tensor linear_q8a(const W& w, const torch::Tensor& x, int64_t N) {
-  const int64_t M = x.size(0), K = w.K, nb = K / BLOCK;
-  // the quantized rows, in buffers kept from call to call (no allocation once grown)
+void q8a_product(const W& w, const XQ& x, int64_t M, float* y, int64_t N) {
+  constexpr int MAX_M = RMicro::MAX_M;
+  const int64_t tiles = (N + TILE - 1) / TILE;
+  at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+    float out[MAX_M * TILE];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n0 = t * TILE, rows = std::min(TILE, N - n0);
+      for (int64_t m0 = 0; m0 < M; m0 += MAX_M) {
+        const int64_t mm = std::min<int64_t>(MAX_M, M - m0);
+        with_size<1, MAX_M>(mm, [&](auto c) {
+          RMicro::template tile<decltype(c)::value>(w, t, x.at(m0), out);
+        });
+        for (int64_t m = 0; m < mm; ++m)
+          std::copy(out + m * TILE, out + m * TILE + rows, y + (m0 + m) * N + n0);
+      }
+    }
+  });
+}
+
+// x (M, K) float32 against repacked weights (repack.h: packed (tiles, K/32, CHUNK) uint8) with
+// N output rows. The quantized rows live in buffers kept from call to call (no allocation once
+// grown), one set per calling thread.
+inline torch::Tensor packed_linear(torch::Tensor x, torch::Tensor packed, int64_t N) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x must be a contiguous float32 (M, K) tensor");
+  TORCH_CHECK(packed.scalar_type() == torch::kUInt8 && packed.is_contiguous() &&
+                  packed.dim() == 3 && packed.size(0) == (N + TILE - 1) / TILE &&
+                  (packed.size(2) == R4::CHUNK || packed.size(2) == R8::CHUNK),
+              "packed: the repacked weights of N rows, (tiles, K/32, 320 or 576) uint8");
+  const int64_t M = x.size(0), nb = packed.size(1), K = nb * BLOCK;
+  TORCH_CHECK(x.size(1) == K, "x's K must match the weights");
   thread_local std::vector<int8_t> q;
-  thread_local std::vector<float> d, s, d8;
+  thread_local std::vector<float> d, s;
+  thread_local std::vector<int32_t> sq;
   q.resize(M * K);
   d.resize(M * nb);
   s.resize(M * nb);
-  d8.resize(M * nb * 8);
-  quantize_rows(x.data_ptr<float>(), M, K, q.data(), d.data(), s.data(), d8.data());
-  const XQ xq{q.data(), d.data(), s.data(), d8.data(), K, nb};
+  sq.resize(M * nb);
+  quantize_rows(x.data_ptr<float>(), M, K, q.data(), d.data(), s.data(), sq.data());
+  const XQ xq{q.data(), d.data(), s.data(), sq.data(), K, nb};
   auto y = torch::empty({M, N}, x.options());
-  product<Family::q8a, Q8aLanes>(w, xq, M, y.data_ptr<float>(), N);
+  if (packed.size(2) == R4::CHUNK)
+    q8a_product(R4{packed.data_ptr<uint8_t>(), K, nb}, xq, M, y.data_ptr<float>(), N);
+  else
+    q8a_product(R8{packed.data_ptr<uint8_t>(), K, nb}, xq, M, y.data_ptr<float>(), N);
   return y;
 }
 
-// The input rows as q8a quantizes them, for tests: (q int8 (M, K), d (M, K/32), s (M, K/32)).
+// The input rows as q8a quantizes them, for tests: (q int8 (M, K), d, s (M, K/32), sq int32).
 inline std::vector<torch::Tensor> quantize_q8a(torch::Tensor x) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
               "x must be a contiguous float32 (M, K) tensor");
@@ -67,10 +92,10 @@ inline std::vector<torch::Tensor> quantize_q8a(torch::Tensor x) {
   auto q = torch::empty({M, K}, x.options().dtype(torch::kInt8));
   auto d = torch::empty({M, nb}, x.options());
   auto s = torch::empty({M, nb}, x.options());
-  std::vector<float> d8(M * nb * 8);
+  auto sq = torch::empty({M, nb}, x.options().dtype(torch::kInt32));
   quantize_rows(x.data_ptr<float>(), M, K, q.data_ptr<int8_t>(), d.data_ptr<float>(),
-                s.data_ptr<float>(), d8.data());
-  return {q, d, s};
+                s.data_ptr<float>(), sq.data_ptr<int32_t>());
+  return {q, d, s, sq};
 }
 
 }  // namespace specsweep

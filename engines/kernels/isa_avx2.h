@@ -5,6 +5,8 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "contract.h"
 
@@ -15,6 +17,20 @@ using Vec = __m256;
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+
+inline void vstore(float* p, Vec a) { _mm256_storeu_ps(p, a); }
+inline Vec vset(float x) { return _mm256_set1_ps(x); }
+inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec vdiv(Vec a, Vec b) { return _mm256_div_ps(a, b); }
+inline Vec vclamp(Vec a, float lo, float hi) {  // max(lo, min(a, hi)), as the portable lanes
+  return _mm256_max_ps(_mm256_set1_ps(lo), _mm256_min_ps(a, _mm256_set1_ps(hi)));
+}
+inline Vec vround(Vec a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline Vec vpow2(Vec n) {
+  const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
 
 inline float finish(Vec a0, Vec a1) {
   const __m256 v = _mm256_add_ps(a0, a1);
@@ -78,36 +94,81 @@ inline float quantize_block(const float* p, int8_t* out, int32_t& sum) {
   return dd;
 }
 
-inline __m256i q4_bytes(const Q4& w, int64_t n, int64_t b) {  // 32 weights, natural order
-  const __m128i bytes =
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.nib + n * (w.K / 2) + b * 16));
-  const __m128i lo = _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
-  return _mm256_set_m128i(hi, lo);
+// q8a: a tile's TILE output rows against MM input rows (contract.h's order), into
+// out[m · TILE + r], as two halves of 8 rows, lane r of a vector for row r of the half. The
+// integer sums by maddubs (unsigned weights × signed activation words, broadcast) and madd:
+// q4's nibbles ≤ 15 keep all eight groups' pair sums within 16 bits (8 · 2 · 15 · 127 < 2¹⁵),
+// so they add as int16 before one madd; q8's bytes are w + 128, so w comes back by xor and
+// its sign moves onto the activations (|w| · ±x ≤ 2 · 128 · 127 per pair), one madd a group.
+
+// A chunk's cache lines, PREFETCH chunks ahead of the one read (past a thread's last chunk it
+// reads nothing: a prefetch never faults).
+constexpr int64_t PREFETCH = 16;
+template <typename W>
+inline void prefetch_chunk(const uint8_t* c) {
+  for (int64_t o = 0; o < W::CHUNK; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(c + o), _MM_HINT_T0);
 }
 
-// q8a: block b of weight row n against MM input rows, into a[b & 1][m]; lane i of the integer
-// sum is bytes 4i..4i+3 (maddubs pairs, then madd pairs of pairs).
-template <int MM, typename W>
-inline void q8a_block(const W& w, int64_t n, int64_t b, const XQ& x, Vec a[2][MM]) {
-  const int64_t nb = x.nb;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i wv, wq;
-  if constexpr (std::is_same_v<W, Q4>) {
-    wv = q4_bytes(w, n, b);
-  } else {
-    wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q + n * w.K + b * BLOCK));
-    wv = _mm256_sign_epi8(wq, wq);  // |w| as unsigned bytes; the sign moves to x
-  }
-  const float dw = w.scale[n * nb + b];
-  for (int m = 0; m < MM; ++m) {
-    __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + m * x.K + b * BLOCK));
-    if constexpr (!std::is_same_v<W, Q4>) xv = _mm256_sign_epi8(xv, wq);
-    const __m256i is = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
-    const __m256 sc = _mm256_set1_ps(dw * x.d[m * nb + b]);
-    a[b & 1][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), sc, a[b & 1][m]);
-  }
+inline __m256i bcast4(const int8_t* p) {  // 4 activation bytes to every 32-bit lane
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
 }
+
+struct RLanes {
+  static constexpr int MAX_M = 4;
+  template <int MM, typename W>
+  static void tile(const W& w, int64_t t, const XQ& x, float* out) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int h = 0; h < 2; ++h) {
+      __m256 acc[MM];
+      for (int m = 0; m < MM; ++m) acc[m] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < x.nb; ++b) {
+        const uint8_t* c = w.chunk(t, b);
+        if (h == 0) prefetch_chunk<W>(c + PREFETCH * W::CHUNK);
+        if constexpr (std::is_same_v<W, R4>) {
+          const __m256i m4 = _mm256_set1_epi8(0x0F);
+          __m256i wv[8];
+          for (int j = 0; j < 4; ++j) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + j * 64 + h * 32));
+            wv[j] = _mm256_and_si256(v, m4);
+            wv[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          }
+          const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 256 + h * 16)));
+          const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 288 + h * 16)));
+          for (int m = 0; m < MM; ++m) {
+            const int8_t* xq = x.q + m * x.K + b * BLOCK;
+            __m256i p = _mm256_maddubs_epi16(wv[0], bcast4(xq));
+            for (int g = 1; g < 8; ++g)
+              p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wv[g], bcast4(xq + 4 * g)));
+            const __m256i i = _mm256_madd_epi16(p, ones);
+            const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[m * x.nb + b]));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), sc, acc[m]);
+            acc[m] = _mm256_fmadd_ps(mw, _mm256_set1_ps(x.s[m * x.nb + b]), acc[m]);
+          }
+        } else {
+          const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+          const __m256 dw = _mm256_loadu_ps(reinterpret_cast<const float*>(c + 512 + h * 32));
+          for (int m = 0; m < MM; ++m) {
+            const int8_t* xq = x.q + m * x.K + b * BLOCK;
+            __m256i i = _mm256_setzero_si256();
+            for (int g = 0; g < 8; ++g) {
+              const __m256i wq = _mm256_xor_si256(
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + g * 64 + h * 32)), flip);
+              const __m256i p =
+                  _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(bcast4(xq + 4 * g), wq));
+              i = _mm256_add_epi32(i, _mm256_madd_epi16(p, ones));
+            }
+            const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[m * x.nb + b]));
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), sc, acc[m]);
+          }
+        }
+      }
+      for (int m = 0; m < MM; ++m) _mm256_storeu_ps(out + m * TILE + h * 8, acc[m]);
+    }
+  }
+};
 
 // Row ops: Σ a[k]·b[k] over n (a multiple of 8), 16 at a time into two accumulators, then finish.
 inline float dot(const float* a, const float* b, int64_t n) {

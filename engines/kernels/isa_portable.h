@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include <c10/util/Half.h>
 
 #include "contract.h"
 
@@ -18,6 +22,25 @@ inline Vec vload(const float* p) { Vec r; for (int j = 0; j < 8; ++j) r.v[j] = p
 inline Vec vfma(Vec a, Vec b, Vec c) {
   for (int j = 0; j < 8; ++j) c.v[j] = std::fma(a.v[j], b.v[j], c.v[j]);
   return c;
+}
+
+inline void vstore(float* p, Vec a) { for (int j = 0; j < 8; ++j) p[j] = a.v[j]; }
+inline Vec vset(float x) { Vec r; for (int j = 0; j < 8; ++j) r.v[j] = x; return r; }
+inline Vec vmul(Vec a, Vec b) { for (int j = 0; j < 8; ++j) a.v[j] *= b.v[j]; return a; }
+inline Vec vadd(Vec a, Vec b) { for (int j = 0; j < 8; ++j) a.v[j] += b.v[j]; return a; }
+inline Vec vdiv(Vec a, Vec b) { for (int j = 0; j < 8; ++j) a.v[j] /= b.v[j]; return a; }
+inline Vec vclamp(Vec a, float lo, float hi) {  // max(lo, min(a, hi)), as maxps/minps
+  for (int j = 0; j < 8; ++j) a.v[j] = std::max(lo, std::min(a.v[j], hi));
+  return a;
+}
+inline Vec vround(Vec a) { for (int j = 0; j < 8; ++j) a.v[j] = std::nearbyint(a.v[j]); return a; }
+// 2^n for integral n in [-126, 127] held as floats: the exponent field built directly
+inline Vec vpow2(Vec n) {
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n.v[j]) + 127) << 23;
+    std::memcpy(&n.v[j], &bits, 4);
+  }
+  return n;
 }
 
 inline float finish(Vec a0, Vec a1) {
@@ -55,28 +78,57 @@ inline float quantize_block(const float* p, int8_t* out, int32_t& sum) {
   return dd;
 }
 
-// q8a: block b of weight row n against MM input rows, into a[b & 1][m].
-template <int MM, typename W>
-inline void q8a_block(const W& w, int64_t n, int64_t b, const XQ& x, Vec a[2][MM]) {
-  const int64_t nb = x.nb;
-  int32_t qw[BLOCK];
-  if constexpr (std::is_same_v<W, Q4>) {
-    const uint8_t* p = w.nib + n * (w.K / 2) + b * 16;
-    for (int j = 0; j < 16; ++j) { qw[j] = p[j] & 0x0F; qw[16 + j] = p[j] >> 4; }
-  } else {
-    for (int j = 0; j < BLOCK; ++j) qw[j] = w.q[n * w.K + b * BLOCK + j];
-  }
-  const float dw = w.scale[n * nb + b];
-  for (int m = 0; m < MM; ++m) {
-    const int8_t* xq = x.q + m * x.K + b * BLOCK;
-    const float sc = dw * x.d[m * nb + b];
-    for (int i = 0; i < 8; ++i) {
-      int32_t is = 0;
-      for (int j = 4 * i; j < 4 * i + 4; ++j) is += qw[j] * xq[j];
-      a[b & 1][m].v[i] = std::fma(static_cast<float>(is), sc, a[b & 1][m].v[i]);
-    }
-  }
+// q8a: a tile's TILE output rows against MM input rows (contract.h's order), into
+// out[m · TILE + r]. The integer sums as plain loops; the float steps as contract.h writes them.
+
+inline float half_to_float(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
 }
+
+struct RLanes {
+  static constexpr int MAX_M = 8;
+  template <int MM, typename W>
+  static void tile(const W& w, int64_t t, const XQ& x, float* out) {
+    float acc[MM][TILE] = {};
+    int32_t qw[TILE][BLOCK];
+    for (int64_t b = 0; b < x.nb; ++b) {
+      const uint8_t* c = w.chunk(t, b);
+      for (int r = 0; r < TILE; ++r)
+        for (int j = 0; j < 4; ++j)
+          for (int k = 0; k < 4; ++k) {
+            if constexpr (std::is_same_v<W, R4>) {
+              const uint8_t v = c[j * 64 + r * 4 + k];
+              qw[r][4 * j + k] = v & 0x0F;
+              qw[r][16 + 4 * j + k] = v >> 4;
+            } else {
+              qw[r][4 * j + k] = static_cast<int32_t>(c[j * 64 + r * 4 + k]) - 128;
+              qw[r][16 + 4 * j + k] = static_cast<int32_t>(c[(j + 4) * 64 + r * 4 + k]) - 128;
+            }
+          }
+      for (int m = 0; m < MM; ++m) {
+        const int8_t* xq = x.q + m * x.K + b * BLOCK;
+        const float dx = x.d[m * x.nb + b], s = x.s[m * x.nb + b];
+        for (int r = 0; r < TILE; ++r) {
+          int32_t i = 0;
+          for (int j = 0; j < BLOCK; ++j) i += qw[r][j] * xq[j];
+          if constexpr (std::is_same_v<W, R4>) {
+            const float dw = half_to_float(c + 256 + 2 * r), mw = half_to_float(c + 288 + 2 * r);
+            acc[m][r] = std::fma(static_cast<float>(i), dw * dx, acc[m][r]);
+            acc[m][r] = std::fma(mw, s, acc[m][r]);
+          } else {
+            float dw;
+            std::memcpy(&dw, c + 512 + 4 * r, 4);
+            acc[m][r] = std::fma(static_cast<float>(i), dw * dx, acc[m][r]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MM; ++m)
+      for (int r = 0; r < TILE; ++r) out[m * TILE + r] = acc[m][r];
+  }
+};
 
 // Row ops: Σ a[k]·b[k] over n (a multiple of 8), 16 at a time into two accumulators, then finish.
 inline float dot(const float* a, const float* b, int64_t n) {

@@ -1,5 +1,5 @@
 // One decoder layer in one call: engines/lean.py's Block.forward_native, op for op and in its
-// order (the same products and row ops, the same ATen attention), for batch 1 without biases:
+// order (the same products, row ops and attention.h's attention), for batch 1 without biases:
 // its numbers are forward_native's bit for bit, without the Python between the ops
 // (tests/test_engines.py compares the two).
 #pragma once
@@ -8,15 +8,19 @@
 
 #include <vector>
 
+#include "attention.h"
 #include "linear.h"
 #include "rowops.h"
 
 namespace specsweep {
 
-// A projection's tensors: {nib, scale, offset} for q4 blocks, {q, scale} for q8.
+// A projection's tensors: {nib, scale, offset} for q4 blocks, {q, scale} for q8, {packed, N}
+// for q8a's repacked weights (N a one-element int64 tensor: the output rows).
 inline torch::Tensor project(const torch::Tensor& x, const std::vector<torch::Tensor>& w,
                              Family family) {
-  return w.size() == 3 ? q4_linear(x, w[0], w[1], w[2], family) : q8_linear(x, w[0], w[1], family);
+  if (w.size() == 3) return q4_linear(x, w[0], w[1], w[2], family);
+  if (w[0].dim() == 3) return packed_linear(x, w[0], w[1].item<int64_t>());
+  return q8_linear(x, w[0], w[1], family);
 }
 
 // x (n, H) the residual stream, updated in place; kc, vc (1, kv, cap, hd) this layer's cache,
@@ -35,14 +39,10 @@ inline void layer_(torch::Tensor x, torch::Tensor norm_in, torch::Tensor norm_po
       qkv.slice(1, nh * hd, (nh + nkv) * hd).view({n, nkv, hd}).transpose(0, 1));
   vc.select(0, 0).slice(1, start, start + n).copy_(
       qkv.slice(1, (nh + nkv) * hd).view({n, nkv, hd}).transpose(0, 1));
-  auto q = qkv.slice(1, 0, nh * hd).view({1, n, nh, hd}).transpose(1, 2);
-  auto o = at::scaled_dot_product_attention(q, kc.slice(2, 0, start + n),
-                                            vc.slice(2, 0, start + n), mask, 0.0, false,
-                                            c10::nullopt, nh != nkv);
-  auto h = add_rms_norm_(x, project(o.transpose(1, 2).reshape({n, nh * hd}), wo, family),
-                         norm_post, eps);
-  auto gu = project(h, wgu, family).chunk(2, -1);
-  x.add_(project(at::silu(gu[0]) * gu[1], wd, family));
+  auto o = attention(qkv, kc.select(0, 0), vc.select(0, 0), start, mask, nh, nkv, hd);
+  auto h = add_rms_norm_(x, project(o, wo, family), norm_post, eps);
+  auto a = silu_mul(project(h, wgu, family));
+  x.add_(project(a, wd, family));
 }
 
 }  // namespace specsweep

@@ -1,8 +1,10 @@
 // The weight-only block-quantized products y = x · Wᵀ (x (M, K), y (M, N) float32) as Python
 // calls them: the weights' tensors checked and read as contract.h's blocks, then the family's
-// product, one row per family below. A new family: its enumerator in contract.h, its file
-// (family_<name>.h, on the pattern of family_f32.h), its row here and in bindings.cpp's enum, its
-// row in engines/native.py FAMILIES, its tests.
+// product, one row per family below. q8a runs repacked weights (repack.h; the engine repacks
+// once at load and calls packed_linear): given plain blocks here, it repacks them per call.
+// A new family: its enumerator in contract.h, its file (family_<name>.h, on the pattern of
+// family_f32.h), its row here and in bindings.cpp's enum, its row in engines/native.py
+// FAMILIES, its tests.
 #pragma once
 
 #include <torch/extension.h>
@@ -11,6 +13,7 @@
 
 #include "family_f32.h"
 #include "family_q8a.h"
+#include "repack.h"
 
 namespace specsweep {
 
@@ -22,7 +25,7 @@ torch::Tensor linear(const W& w, const torch::Tensor& x, int64_t N, Family famil
               "x's K must match the weights and divide by 32");
   switch (family) {
     case Family::f32: return linear_f32(w, x, N);
-    case Family::q8a: return linear_q8a(w, x, N);
+    case Family::q8a: break;  // q4_linear, q8_linear repack for it
   }
   throw std::invalid_argument("unknown kernel family");
 }
@@ -39,6 +42,7 @@ inline torch::Tensor q4_linear(torch::Tensor x, torch::Tensor nib, torch::Tensor
   const int64_t N = nib.size(0), K = nib.size(1) * 2;
   check_scale(scale, N, K);
   check_scale(offset, N, K);
+  if (family == Family::q8a) return packed_linear(x, repack_q4(nib, scale, offset), N);
   return linear(Q4{nib.data_ptr<uint8_t>(), scale.data_ptr<float>(), offset.data_ptr<float>(), K},
                 x, N, family);
 }
@@ -49,6 +53,7 @@ inline torch::Tensor q8_linear(torch::Tensor x, torch::Tensor q, torch::Tensor s
               "q: contiguous int8 (N, K)");
   const int64_t N = q.size(0), K = q.size(1);
   check_scale(scale, N, K);
+  if (family == Family::q8a) return packed_linear(x, repack_q8(q, scale), N);
   return linear(Q8{q.data_ptr<int8_t>(), scale.data_ptr<float>(), K}, x, N, family);
 }
 
