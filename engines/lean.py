@@ -146,19 +146,15 @@ class Block(nn.Module):
             ok = native.layer_call() and len(kinds) == 1 and kinds <= set(NATIVE)
             ok = ok and all(x.bias is None for x in lins)
             self._family = native.family(self.wqkv.kernel) if ok else None
-            self._layer_args = (
-                [
-                    [x.packed, torch.tensor(x.out_features)]
-                    if native.repacked(x.kernel)
-                    else [x.nib, x.scale, x.offset]
-                    if x.fmt == "int4"
-                    else [x.qweight, x.scales]
-                    for x in lins
-                ]
-                if ok
-                else []
-            )
+            self._layer_args = [self.tensors(x) for x in lins] if ok else []
         return self._layer_args
+
+    @staticmethod
+    def tensors(lin) -> list:
+        """A native Linear's tensors as engines.native's layer_ and Stack take them."""
+        if native.repacked(lin.kernel):
+            return [lin.packed, torch.tensor(lin.out_features)]
+        return [lin.nib, lin.scale, lin.offset] if lin.fmt == "int4" else [lin.qweight, lin.scales]
 
     def forward_native(self, nat, x, cos, sin, kc, vc, start: int, mask):
         """The same layer with engines.native's per-row norm, rotary, attention and SiLU·mul
@@ -215,16 +211,57 @@ class LeanModel(nn.Module):
         self.eps = float(config.rms_norm_eps)
         self.rotary = Rotary(config, device)
 
+    def native_stack(self):
+        """engines.native's Stack for this model (built once), or None: the one-call forward
+        runs where every layer runs as one native call (Block.native_weights) in one family;
+        the output layer joins it where it is on the same kernel without a bias."""
+        if getattr(self, "_stack", False) is False:
+            self._stack, self._stack_output = None, None
+            weights = [b.native_weights() for b in self.layers]
+            families = {b._family for b in self.layers}
+            if all(weights) and len(families) == 1:
+                out = self.output
+                if out.kernel == self.layers[0].wqkv.kernel and out.bias is None:
+                    self._stack_output = Block.tensors(out)
+                b0 = self.layers[0]
+                self._stack = native.kernels()[0].Stack(
+                    [[b.norm_in, b.norm_post] for b in self.layers],
+                    *[[w[j] for w in weights] for j in range(4)],
+                    self.norm,
+                    self._stack_output or [],
+                    b0.nh,
+                    b0.nkv,
+                    b0.hd,
+                    b0.eps,
+                    b0._family,
+                )
+        return self._stack
+
     def forward(self, ids, k, v, start: int, cos, sin, mask, logits_to_keep: int, want: dict):
         """cos/sin (B, n, hd) for the positions of ids; want: {layer index 0..N: keys to
         return it under}; → (logits, {key: (B, n, H)})."""
         x = F.embedding(ids, self.embed).to(self.dtype)
+        stack = self.native_stack() if native_ops(x) is not None else None
+        if stack is not None:  # the whole forward in one call (engines/kernels/model.h)
+            taps = sorted(want)
+            out, tapped = stack.forward(
+                x[0], k, v, start, cos[0], sin[0], mask, logits_to_keep, taps
+            )
+            hidden = {key: t[None] for i, t in zip(taps, tapped) for key in want[i]}
+            if self._stack_output is None:  # the output layer is not on the native kernels
+                out = self.output(out)
+            return out[None], hidden
         hidden = {}
         for i, layer in enumerate(self.layers):
             for key in want.get(i, ()):
                 hidden[key] = x.clone()  # layers may update x in place
             x = layer(x, cos, sin, k[i], v[i], start, mask)
-        x = rms_norm(x, self.norm, self.eps)
+        nat = native_ops(x)
+        x = (
+            nat.rms_norm(x, self.norm, self.eps)
+            if nat is not None
+            else rms_norm(x, self.norm, self.eps)
+        )
         for key in want.get(len(self.layers), ()):
             hidden[key] = x
         if logits_to_keep:

@@ -9,6 +9,7 @@
 #include "isa.h"
 #include "layer.h"
 #include "linear.h"
+#include "model.h"
 #include "repack.h"
 #include "rowops.h"
 
@@ -33,6 +34,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &attention, "decode attention over the cache, row by row (attention.h)");
   m.def("silu_mul", &silu_mul, "silu(gate)·up of a fused (n, 2I) projection");
   m.def("layer_", &layer_, "one decoder layer (Block.forward_native) in one call, in a family");
+  py::class_<Stack>(m, "Stack", "a model's tensors for the one-call forward (model.h)",
+                    py::module_local())
+      .def(py::init<std::vector<std::vector<torch::Tensor>>, std::vector<std::vector<torch::Tensor>>,
+                    std::vector<std::vector<torch::Tensor>>, std::vector<std::vector<torch::Tensor>>,
+                    std::vector<std::vector<torch::Tensor>>, torch::Tensor,
+                    std::vector<torch::Tensor>, int64_t, int64_t, int64_t, double, Family>())
+      .def("forward", &Stack::forward, "every layer, the final norm and the output layer");
   m.def("vectorized", [] { return std::string(ISA) != "portable"; }, "built with AVX2/FMA");
   m.def("isa", [] { return std::string(ISA); }, "the instruction set the products were built for");
 }

@@ -1,0 +1,67 @@
+// The whole forward in one call: embedding rows in, every layer (layer.h), the final norm and the
+// output layer, with no Python between the layers. Stack holds the model's tensors, built once
+// by engines/lean.py; a forward is the op-by-op forward's operations in its order (the same
+// numbers: tests/test_engines.py compares them bit for bit).
+#pragma once
+
+#include <torch/extension.h>
+
+#include <tuple>
+#include <vector>
+
+#include "layer.h"
+
+namespace specsweep {
+
+struct Stack {
+  // per layer: norm_in, norm_post, then the four projections' tensors (layer.h's `project`)
+  std::vector<std::vector<torch::Tensor>> norms, wqkv, wo, wgu, wd;
+  torch::Tensor final_norm;
+  std::vector<torch::Tensor> output;  // empty: the caller applies the output layer
+  int64_t nh, nkv, hd;
+  double eps;
+  Family family;
+
+  Stack(std::vector<std::vector<torch::Tensor>> norms, std::vector<std::vector<torch::Tensor>> wqkv,
+        std::vector<std::vector<torch::Tensor>> wo, std::vector<std::vector<torch::Tensor>> wgu,
+        std::vector<std::vector<torch::Tensor>> wd, torch::Tensor final_norm,
+        std::vector<torch::Tensor> output, int64_t nh, int64_t nkv, int64_t hd, double eps,
+        Family family)
+      : norms(std::move(norms)), wqkv(std::move(wqkv)), wo(std::move(wo)), wgu(std::move(wgu)),
+        wd(std::move(wd)), final_norm(std::move(final_norm)), output(std::move(output)), nh(nh),
+        nkv(nkv), hd(hd), eps(eps), family(family) {
+    const size_t L = this->norms.size();
+    TORCH_CHECK(this->wqkv.size() == L && this->wo.size() == L && this->wgu.size() == L &&
+                    this->wd.size() == L,
+                "Stack: one entry per layer in each list");
+  }
+
+  // x (n, H) the embedded rows (updated in place: the residual stream); k, v (L, 1, kv, cap, hd)
+  // the cache, slots [start, start + n) written; cos, sin (n, hd); mask (.., n, start + n) bool
+  // or none (causal); keep: the last `keep` rows get logits (0: all); taps: layer indices
+  // 0..L whose input (L: the normed output) is returned, in the order asked.
+  // → (logits, or the normed last rows where there is no output layer; the taps)
+  std::tuple<torch::Tensor, std::vector<torch::Tensor>> forward(
+      torch::Tensor x, torch::Tensor k, torch::Tensor v, int64_t start, torch::Tensor cos,
+      torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t keep,
+      std::vector<int64_t> taps) {
+    const int64_t L = static_cast<int64_t>(norms.size());
+    std::vector<torch::Tensor> tapped(taps.size());
+    auto tap = [&](int64_t i, const torch::Tensor& t) {
+      for (size_t j = 0; j < taps.size(); ++j)
+        if (taps[j] == i) tapped[j] = t.clone();
+    };
+    for (int64_t i = 0; i < L; ++i) {
+      tap(i, x);
+      layer_(x, norms[i][0], norms[i][1], wqkv[i], wo[i], wgu[i], wd[i], k[i], v[i], start, cos,
+             sin, mask, nh, nkv, hd, eps, family);
+    }
+    auto h = rms_norm(x, final_norm, eps);
+    tap(L, h);
+    if (keep > 0 && keep < h.size(0)) h = h.slice(0, h.size(0) - keep).contiguous();
+    if (output.empty()) return {h, tapped};
+    return {project(h, output, family), tapped};
+  }
+};
+
+}  // namespace specsweep
