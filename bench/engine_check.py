@@ -12,7 +12,11 @@ rotates per prompt and repeat), warm-up outside the clock, medians:
   * greedy agreement of each configuration with `hf` in the same dtype;
   * the memory read bandwidth measured here and each configuration's roofline: the bytes one
     decoding step reads (its weights, without the embedding table) ÷ bandwidth;
-  * the verify cost curve c(q)/c(1), q = 1…64, per configuration (engines.probe);
+  * the verify cost curve c(q)/c(1), q = 1…64, per configuration (engines.probe), and
+    llama.cpp's own on the same GGUF (logits for every row, its cache rewound each time),
+    interleaved round by round, with the increments c(q) − c(1);
+  * TPOT split into the one-token forward at the decode's mean cache length (timed after 128,
+    512 and 1,024 cached tokens: the growth is attention over the cache) and the loop around it;
   * llama.cpp on the same GGUF file and token ids, when `make install-llamacpp` put it in its
     venv (bench/llamacpp_peer.py: a worker process, interleaved like the other sides): its
     tokens/s and time per output token (TPOT: the one-token steps after the first token) beside
@@ -177,6 +181,12 @@ def main(argv=None) -> dict:
             times[s].append(statistics.median(per[s]))
             if per_tpot[s]:
                 tpot[s].append(statistics.median(per_tpot[s]))
+    curves, split = {}, {}
+    if not a.no_curve:  # ours and llama.cpp's, interleaved round by round; medians of rounds
+        curves = measure_curves(engines, peer, a.repeats)
+        lens = [len(ids) + a.tokens / 2 for ids in inputs]  # the mean cache length of a TPOT
+        for lbl, (eng, _) in engines.items():
+            split[lbl] = tpot_split(eng, statistics.median(tpot[("ours", lbl)]), lens)
     if peer is not None:
         peer.close()
     bw = probe.read_bandwidth(device)
@@ -222,9 +232,10 @@ def main(argv=None) -> dict:
             "tpot_ms": 1e3 * statistics.median(tpot[("ours", c["label"])]),
         }
         if not a.no_curve:
-            costs = probe.step_costs(eng, CURVE)
+            costs = curves[c["label"]]
             row["c_ms"] = {q: v * 1e3 for q, v in costs.items()}
             row["c_ratio"] = probe.ratios(costs)
+            row["tpot_split"] = split[c["label"]]
         result["rows"].append(row)
     result["generate_tokens_per_s"] = gen_tps
     if peer is not None:
@@ -235,6 +246,7 @@ def main(argv=None) -> dict:
             "gguf": str(peer.gguf),
             "tokens_per_s": n / sum(times[side]),
             "tpot_ms": 1e3 * statistics.median(tpot[side]),
+            "c_ms": {q: v * 1e3 for q, v in curves.get("llamacpp", {}).items()},
             # greedy agreement with our float32 engine (the GGUF's values exactly); llama.cpp
             # quantizes activations per block, so near-ties may go either way
             "same_greedy_as": ref
@@ -249,6 +261,44 @@ def main(argv=None) -> dict:
         with open(a.out, "w") as f:
             json.dump(result, f, indent=1)
     return result
+
+
+def measure_curves(engines: dict, peer, rounds: int) -> dict:
+    """{label: {q: seconds}} for each engine and, with a peer, "llamacpp": c(q) after 128 cached
+    tokens, logits for every row, each side timed in turn within a round, `rounds` rounds with
+    the order rotating; medians over the rounds."""
+    sides = list(engines) + (["llamacpp"] if peer is not None else [])
+    got = {s: {} for s in sides}
+    for r in range(max(1, rounds)):
+        for s in sides[r % len(sides) :] + sides[: r % len(sides)]:
+            if s == "llamacpp":
+                costs = peer.curve(CURVE, context=128, repeats=3)
+            else:
+                costs = probe.step_costs(engines[s][0], CURVE, repeats=3)
+            for q, t in costs.items():
+                got[s].setdefault(q, []).append(t)
+    return {s: {q: statistics.median(v) for q, v in c.items()} for s, c in got.items()}
+
+
+SPLIT_CONTEXTS = (128, 512, 1024)
+
+
+def tpot_split(eng, tpot_s: float, lens: list[float]) -> dict:
+    """Where a TPOT goes: the one-token forward timed after 128, 512 and 1,024 cached tokens
+    (their growth is attention over the cache), the forward at the prompts' mean cache length
+    during decoding (interpolated), and the rest: the decode loop around the forward."""
+    c1 = {n: probe.step_costs(eng, (1,), context=n, repeats=5)[1] for n in SPLIT_CONTEXTS}
+    mean = statistics.mean(lens)
+    lo = max((n for n in SPLIT_CONTEXTS if n <= mean), default=SPLIT_CONTEXTS[0])
+    hi = min((n for n in SPLIT_CONTEXTS if n >= mean), default=SPLIT_CONTEXTS[-1])
+    f = c1[lo] if hi == lo else c1[lo] + (c1[hi] - c1[lo]) * (mean - lo) / (hi - lo)
+    return {
+        "tpot_ms": tpot_s * 1e3,
+        "mean_cache": mean,
+        "forward_ms_at": {n: t * 1e3 for n, t in c1.items()},
+        "forward_ms": f * 1e3,
+        "loop_ms": (tpot_s - f) * 1e3,
+    }
 
 
 def start_peer(model: str, mode: str):
@@ -308,11 +358,33 @@ def report(r: dict) -> None:
             )
     if r["rows"] and "c_ratio" in r["rows"][0]:
         qs = list(r["rows"][0]["c_ratio"])
-        print(f"  verify cost c(q)/c(1) ({'c(1) ms':>7s}) " + " ".join(f"q={q:<4}" for q in qs))
-        for row in r["rows"]:
+        print(
+            f"  verify cost c(q)/c(1) ({'c(1) ms':>7s}) "
+            + " ".join(f"q={q:<4}" for q in qs)
+            + "   (after 128 cached tokens, logits for every row, interleaved)"
+        )
+        curves = [(row["config"], row["c_ms"]) for row in r["rows"]]
+        if lc and lc.get("c_ms"):
+            curves.append((f"llama.cpp {lc['version']}", lc["c_ms"]))
+        for name, c in curves:
             print(
-                f"  {row['config']:24s} {row['c_ms'][1]:7.1f}  "
-                + " ".join(f"{row['c_ratio'][q]:6.2f}" for q in qs)
+                f"  {name:24s} {c[1]:7.2f}  "
+                + " ".join(f"{c[q] / c[1]:6.2f}" for q in qs if q in c)
+            )
+        print(f"  c(q) − c(1), ms{'':17s}" + " ".join(f"q={q:<4}" for q in qs[1:]))
+        for name, c in curves:
+            print(
+                f"  {name:24s} {'':7s}  "
+                + " ".join(f"{c[q] - c[1]:6.2f}" for q in qs[1:] if q in c)
+            )
+        for row in r["rows"]:
+            sp = row["tpot_split"]
+            at = " ".join(f"{t:.2f} ms @{n}" for n, t in sp["forward_ms_at"].items())
+            print(
+                f"  {row['config']:24s} TPOT {sp['tpot_ms']:.2f} ms = forward "
+                f"{sp['forward_ms']:.2f} (at a mean cache of {sp['mean_cache']:.0f}; "
+                f"one-token forward {at}) + loop "
+                f"{sp['loop_ms']:.2f}"
             )
 
 

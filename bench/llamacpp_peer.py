@@ -8,7 +8,10 @@ Protocol, one JSON object per line: the client sends {"ids": [...], "n": 64}; th
 exactly n tokens greedily after the prompt (end-of-sequence ignored, as our AR side does),
 starting from an empty cache, and answers {"out": [...], "prefill_s": t_p, "decode_s": t_d}:
 t_p the prompt's forward (it yields the first token), t_d the n − 1 one-token forwards after it.
-The worker imports llama_cpp and numpy only, never this project: its venv has no torch.
+{"curve": [1, 2, ...], "context": 128, "repeats": 3} → {"seconds": {q: median}}: llama.cpp's own
+verify cost c(q), one forward over q new tokens with logits for every row after `context` cached
+tokens, the cache rewound to `context` before each (a warm-up first, as engines.probe times
+ours). The worker imports llama_cpp and numpy only, never this project: its venv has no torch.
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ class Peer:
         r = self._ask({"ids": list(map(int, ids)), "n": int(n)})
         return r["out"], r["prefill_s"], r["decode_s"]
 
+    def curve(self, sizes, context: int = 128, repeats: int = 3) -> dict:
+        """{q: median seconds of llama.cpp's forward over q tokens after `context` cached}."""
+        r = self._ask({"curve": list(map(int, sizes)), "context": context, "repeats": repeats})
+        return {int(q): t for q, t in r["seconds"].items()}
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.stdin.close()
@@ -91,10 +99,55 @@ def worker(gguf: str, threads: int) -> None:
         row = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
         return int(np.argmax(np.ctypeslib.as_array(row, shape=(vocab,))))
 
+    def rewind(n: int) -> None:  # drop the cache's positions from n on (the API's name varies)
+        if hasattr(llama_cpp, "llama_memory_seq_rm"):
+            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llm.ctx), 0, n, -1)
+        elif hasattr(llama_cpp, "llama_kv_self_seq_rm"):
+            llama_cpp.llama_kv_self_seq_rm(llm.ctx, 0, n, -1)
+        else:
+            llama_cpp.llama_kv_cache_seq_rm(llm.ctx, 0, n, -1)
+
+    def forward(tokens: list[int], start: int) -> float:  # every row's logits; seconds
+        batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
+        try:
+            for i, t in enumerate(tokens):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, start + i, 1
+                batch.seq_id[i][0], batch.logits[i] = 0, 1
+            batch.n_tokens = len(tokens)
+            t0 = time.perf_counter()
+            rc = llama_cpp.llama_decode(llm.ctx, batch)
+            dt = time.perf_counter() - t0
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc}")
+            return dt
+        finally:
+            llama_cpp.llama_batch_free(batch)
+
+    def curve(sizes: list[int], context: int, repeats: int) -> dict:
+        llm.reset()
+        rewind(0)
+        forward([(i * 7919) % vocab for i in range(context)], 0)
+        out = {}
+        for q in sizes:
+            new, times = [(i * 31) % vocab for i in range(q)], []
+            for r in range(repeats + 1):
+                rewind(context)
+                dt = forward(new, context)
+                if r:  # the first repeat warms up
+                    times.append(dt)
+            out[q] = sorted(times)[len(times) // 2]
+        rewind(0)
+        llm.reset()
+        return out
+
     for line in sys.stdin:
         msg = json.loads(line)
         if msg.get("version"):
             print(json.dumps({"version": llama_cpp.__version__}), flush=True)
+            continue
+        if "curve" in msg:
+            got = curve(msg["curve"], msg.get("context", 128), msg.get("repeats", 3))
+            print(json.dumps({"seconds": got}), flush=True)
             continue
         ids, n = msg["ids"], msg["n"]
         llm.reset()
