@@ -1,8 +1,9 @@
 """Where one decoding step goes: the lean engine's forward over new tokens, profiled op by op.
 
-    python -m bench.profile_step                          # embedded model, int4 native, 200 cached
+    python -m bench.profile_step                          # embedded model, default kernel
     python -m bench.profile_step --weights int8 --context 500 --steps 20 --out profile.json
     python -m bench.profile_step --rows 2                 # a verify forward: 2 new tokens, causal
+    SPECSWEEP_LAYER_CALL=0 python -m bench.profile_step   # op by op (else the forward is one call)
 
 One process, nothing else running: the model is loaded, a context of `--context` random tokens
 prefilled, a few warm steps taken outside the measurement, then two measurements of `--steps`
@@ -32,16 +33,23 @@ from engines.load import load
 
 # (group, substrings of the profiler's event names), first match wins
 GROUPS = (
+    # the whole forward as one native call (engines/kernels/model.h): nothing inside it is
+    # visible to the profiler; SPECSWEEP_LAYER_CALL=0 runs it op by op, each op its own call
+    ("the one-call forward (our kernels: every layer, attention, output)", ("method forward of",)),
     # one call per layer: its own time is what the ATen ops it calls (attention, views, silu:
     # grouped below) leave, i.e. our kernels inside it (projections, norms, rotary)
     ("layer_ (our kernels inside the one-call layer)", ("layer_",)),
     ("q4_linear (int4 projections)", ("q4_linear",)),
+    ("packed_linear (int8-activation products on repacked tiles)", ("packed_linear",)),
     ("q8_linear (the output layer at int4)", ("q8_linear",)),
     ("torch matrix products", ("_weight_int", "aten::mm", "aten::addmm", "aten::linear")),
-    ("attention (SDPA)", ("scaled_dot_product", "flash_attention", "aten::_softmax", "bmm")),
+    (
+        "attention",
+        ("method attention of", "scaled_dot_product", "flash_attention", "aten::_softmax", "bmm"),
+    ),
     ("norms", ("rms_norm", "add_rms_norm_", "aten::rsqrt", "aten::pow", "aten::mean")),
     ("rotary", ("rope_", "aten::roll")),
-    ("MLP activation (silu · up)", ("aten::silu", "aten::mul")),
+    ("MLP activation (silu · up)", ("silu_mul", "aten::silu", "aten::mul")),
     ("cache writes and copies", ("aten::copy_", "aten::add_", "aten::clone", "aten::contiguous")),
     (
         "views, slices, chunks",
@@ -69,7 +77,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="embedded:smollm2-135m")
     ap.add_argument("--weights", default="int4")
-    ap.add_argument("--kernel", default="native")
+    ap.add_argument("--kernel", default="auto")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--steps", type=int, default=20)

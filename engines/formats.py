@@ -18,10 +18,12 @@
 The native kernels are engines/kernels/ (engines.native), one kernel family per model.kernel
 value (engines.native.FAMILIES), float32 in and out, each output a fixed sequence of operations
 whatever the number of input rows, so a verify forward gives each token the same numbers as a
-one-token forward. "native" (family f32) takes the activations as they are; "native_q8a"
-(family q8a) runs the same int8/int4/q8_0 weights with the activations quantized to int8 per
-block of 32 (llama.cpp's Q8_1 scheme) and integer products: other numbers than "native" (a
-kernel of its own, never the default), again the same for a token whatever the number of rows.
+one-token forward. "native" (family f32) takes the activations as they are, on the blocks as
+stored here (nibbles, float32 scales). "native_q8a" (family q8a) quantizes the activations to
+int8 per block of 32 (llama.cpp's Q8_1 scheme) and multiplies integers, on weights repacked at
+load into tiles of 16 output rows (one `packed` buffer: int4 scales and offsets in float16, as a
+GGUF Q4_1 file has them; int8/q8_0 scales in float32): other numbers than "native", the default
+for a GGUF file's blocks where the CPU has AVX2 or AVX-512 (engines.load).
 The aten int8/int4 kernels take bfloat16 activations (their fast CPU path): x is cast to bf16
 and y back. A GGUF Q4_1 block (w = d·q + m) is an int4 group with scale d and offset m, as
 stored; Q8_0 blocks are q8_0. Weight-only quantization changes the target's numbers, so format

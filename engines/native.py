@@ -2,7 +2,8 @@
 the per-row layer ops of the lean forward (norm, rotary, attention, SiLU·mul).
 
     mod, why = native.kernels()      # the compiled module, or None and the reason
-    mod.q4_linear(x, nib, scale, offset, family("native_q8a"))   # a product in a kernel family
+    mod.q4_linear(x, nib, scale, offset, family("native"))   # a product in a kernel family
+    mod.packed_linear(x, mod.repack_q4(nib, scale, offset), N)   # native_q8a's, repacked once
 
 engines/kernels/ is one translation unit, bindings.cpp, and the headers it includes (contract.h
 states the numbers every build keeps). It is compiled once per machine kind by torch's C++
@@ -12,12 +13,13 @@ flags and torch's version, and reused afterwards: a built module is imported as 
 another checkout of the same source (a clean clone, CI) does not rebuild it, and an edited
 header builds afresh.
 
-With AVX-512 it is built for AVX-512 (the products' same operations in the same order, two
-halves per instruction: bit-identical to the AVX2 build; with VNNI where the CPU has it, for the
-int8-activation products of model.kernel=native_q8a), with AVX2 and FMA for AVX2, otherwise
-as portable C++; SPECSWEEP_ISA=avx2|portable asks for a narrower build (to compare them on one
-machine); SPECSWEEP_LAYER_CALL=0 runs the lean forward's layers op by op instead of one call
-each. Where no compiler is available the engine falls back to torch's own int4/int8
+With AVX-512 it is built for AVX-512 (with VNNI and BW where the CPU has them: the integer
+products of model.kernel=native_q8a, 16 output rows per vpdpbusd), with AVX2 and FMA for AVX2,
+otherwise as portable C++; every build does the same operations in the same order (contract.h;
+no fma is fused that the source does not write: -ffp-contract=off), so all give the same bits.
+SPECSWEEP_ISA=avx2|portable asks for a narrower build (to compare them on one machine);
+SPECSWEEP_LAYER_CALL=0 runs the lean forward's layers op by op instead of one call for the whole
+forward. Where no compiler is available the engine falls back to torch's own int4/int8
 kernels, and says so in `describe()`.
 """
 

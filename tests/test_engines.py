@@ -584,3 +584,17 @@ def test_a_rows_logits_are_the_same_alone_or_in_any_tree_on_every_build(
     first = results.pop("portable")
     for kind, res in results.items():
         assert all(torch.equal(a[0], b[0]) for a, b in zip(res, first)), kind
+
+
+def test_kernel_check_times_every_product_of_each_family(tiny_target_dir, capsys):
+    """bench.kernel_check: each of a layer's four products and the output layer, per family and
+    row count, cold and warm, each a positive time with its weights' bytes."""
+    from bench import kernel_check
+
+    rows = kernel_check.main(
+        ["--model", str(tiny_target_dir), "--rows", "1", "3", "--repeats", "1"]
+    )
+    kinds = {(r["kernel"], r["product"], r["rows"]) for r in rows}
+    assert len(kinds) == len(rows) == 2 * 5 * 2
+    assert all(r["cold_ms"] > 0 and r["warm_ms"] > 0 and r["bytes"] > 0 for r in rows)
+    assert "native_q8a: ms per call" in capsys.readouterr().out

@@ -152,7 +152,7 @@ def test_committed_experiment_and_baseline_agree():
     baseline covers every method the gate runs on ≥ 16 units, measured from a commit (not a
     modified tree): a method that --update dropped fails here instead of passing as "new"."""
     exp = gate.load_experiment(gate.EXPERIMENT)
-    assert {"temperature=0", "model.weights=int8", "model.kernel=native", "device=cpu"} <= set(
+    assert {"temperature=0", "model.weights=auto", "model.kernel=native_q8a", "device=cpu"} <= set(
         exp["overrides"]
     )
     base = json.loads(exp["baseline_path"].read_text())

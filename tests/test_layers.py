@@ -20,6 +20,7 @@ ENTRY_POINTS = {
     "engine_check",
     "gpu_check",
     "profile_step",
+    "kernel_check",
     "llamacpp_peer",
 }
 

@@ -4,13 +4,16 @@
 //
 // What every ISA header provides, each keeping contract.h's order (isa_portable.h is the
 // reference, in plain C++):
-//   Vec                          8 float lanes;  vzero(), vload(p), vfma(a, b, c) = a·b + c
+//   Vec                          8 float lanes;  vzero(), vload(p), vstore(p, a), vset(x),
+//                                vfma(a, b, c) = a·b + c (one rounding), vmul, vadd, vdiv,
+//                                vclamp, vround (to nearest even), vpow2 (2^n for integral n)
 //   finish(a0, a1)               contract.h's fixed sum of two accumulators
 //   q4_block, q8_block           f32: one block's 32 weights as four Vec
 //   quantize_block               q8a: 32 activations to int8, their sum and scale
-//   q8a_block<MM>                q8a: one block's integer products with MM input rows
-//   dot(a, b, n)                 the row ops' Σ a·b (rowops.h)
-// and may specialize IsaMicro<Family> (contract.h) with a microkernel of its own (gemm.h).
+//   RLanes                       q8a: the microkernel over a repacked tile (family_q8a.h)
+//   dot(a, b, n)                 the row ops' Σ a·b (rowops.h, attention.h)
+// and may specialize IsaMicro<Family> (contract.h) with a microkernel of its own (gemm.h for
+// f32, family_q8a.h for q8a).
 // A new ISA: its header, one line here and its name, and the build's flags in engines/native.py.
 #pragma once
 
