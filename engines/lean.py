@@ -12,7 +12,11 @@ Per layer, x (B, n, H) in the activation dtype, cache positions [0, s) valid:
     x = x + (silu(g) ⊙ u) Wdᵀ  where  g, u = split(rmsnorm(x) Wguᵀ)
 then logits = rmsnorm(x) Woutᵀ. The norms and rotary follow transformers' Llama numerics (norm in
 float32, cast back before the weight; cos/sin in float32 cast to the activation dtype), so in
-float32 the logits match engine=hf to rounding (tests/test_engines.py).
+float32 the logits match engine=hf to rounding (tests/test_engines.py). On a CPU in float32 with
+the native kernels (batch 1), the norms, rotary, attention (each row over its visible keys in
+position order) and SiLU·mul are engines/kernels/ ops, and where every projection is on one
+native kernel the whole forward is one call (LeanModel.native_stack): a row's logits are then
+the same bits alone or in any tree, on every build.
 """
 
 from __future__ import annotations
