@@ -37,6 +37,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from engines.base import additive, tree_mask
+
 KINDS = ("eagle", "eagle3")
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"
 
@@ -139,6 +141,7 @@ class EagleHead(nn.Module):
         self.out_head = None
         self._rope = None  # (cos, sin) table by position (rope)
         self.vocab = None  # eagle: a drafters.draftvocab.DraftVocab over the target's output layer
+        self.native = None  # drafters.eagle_native.NativeStep once use_native() finds it possible
 
     @property
     def layer(self) -> Layer:
@@ -202,6 +205,28 @@ class EagleHead(nn.Module):
             return self.layer(a, a, cos, sin, mask, past_k, past_v, cache)
         a = torch.cat([self.midlayer.input_layernorm(emb), self.midlayer.hidden_norm(feat)], -1)
         return self.layer(feat, a, cos, sin, mask, past_k, past_v, cache)
+
+    def use_native(self) -> bool:
+        """Draft with the layer as one native call where it runs int8 on the native kernels
+        (drafters.eagle_native); whether it does."""
+        from drafters import eagle_native
+
+        self.native = eagle_native.build(self)
+        return self.native is not None
+
+    def step(self, feat, ids, positions, visible, cache) -> torch.Tensor:
+        """One drafting step of n rows after `cache` (methods.eagle.HeadCache, extended in place):
+        feat (n, H), ids (n,), positions (n,); visible (n, cached + n) bool, or None: causal.
+        → outputs (n, H)."""
+        if self.native is not None and feat.device.type == "cpu":
+            return self.native(self, feat, ids, positions, visible, cache)
+        n = feat.shape[0]
+        if visible is None:
+            own = torch.ones(n, n, dtype=torch.bool, device=feat.device).tril()
+            visible = tree_mask(own, len(cache))[0]
+        mask = additive(visible, feat.dtype)[None, None]  # (1, 1, n, cached + n)
+        out, _, _ = self(feat[None], ids[None], positions[None], mask, cache=cache)
+        return out[0]
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits (full vocabulary for `eagle`)."""

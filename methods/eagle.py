@@ -30,7 +30,7 @@ import torch
 
 from drafters import eagle as eagle_io
 from drafters import weights
-from engines.base import additive, tree_mask
+from engines.base import tree_mask
 from groundfloor.errors import UserError
 from groundfloor.models import local_dir
 from groundfloor.tree import TreeLayout
@@ -58,18 +58,24 @@ class HeadCache:
     def v(self):
         return None if self._v is None else self._v[..., : self.n, :]
 
-    def append(self, k, v) -> None:
-        m = k.shape[-2]
+    def reserve(self, m: int, heads: int, dim: int, dtype) -> tuple:
+        """Room for m more entries: the whole buffers (1, heads, capacity, dim), grown (doubled)
+        where full; the caller writes entries n .. n + m − 1 and then advances n."""
         if self._k is None or self.n + m > self._k.shape[-2]:
             cap = max(2 * (self.n + m), 64)
-            shape = (*k.shape[:-2], cap, k.shape[-1])
-            bk, bv = k.new_empty(shape), v.new_empty(shape)
+            like = self._k if self._k is not None else torch.empty(0, dtype=dtype)
+            bk, bv = like.new_empty((1, heads, cap, dim)), like.new_empty((1, heads, cap, dim))
             if self.n:
                 bk[..., : self.n, :] = self._k[..., : self.n, :]
                 bv[..., : self.n, :] = self._v[..., : self.n, :]
             self._k, self._v = bk, bv
-        self._k[..., self.n : self.n + m, :] = k
-        self._v[..., self.n : self.n + m, :] = v
+        return self._k, self._v
+
+    def append(self, k, v) -> None:
+        m = k.shape[-2]
+        bk, bv = self.reserve(m, k.shape[-3], k.shape[-1], k.dtype)
+        bk[..., self.n : self.n + m, :] = k
+        bv[..., self.n : self.n + m, :] = v
         self.n += m
 
     def truncate(self, n: int) -> None:
@@ -138,6 +144,7 @@ class Eagle(TreeMethod):
             weights.quantize(self.head)
             if self.head.vocab is not None:
                 self.head.vocab.quantize()
+        self.head.use_native()  # its layer as one native call where it runs int8 (eagle_native)
         if self.depth < 1 or self.top_k < 1:
             raise UserError(f"method {self.name}: k={k} and top_k={self.top_k} must be ≥ 1")
         total = kn.total_tokens
@@ -167,6 +174,7 @@ class Eagle(TreeMethod):
             else {n: round(c * 1e3, 2) for n, c in self.budget_curve.items()},
             "asked_depth": self.asked_depth,
             "drafter_weights": self.weights,
+            "head_step": "native" if self.head.native is not None else "torch",
         }
         if self.auto is not None:
             self.auto.max_nodes = min(self.auto.max_nodes, self.total_tokens)
@@ -237,15 +245,12 @@ class Eagle(TreeMethod):
     def _step(self, cache: HeadCache, feat, ids, positions, tree_allowed=None):
         """Run the head on n inputs after the cache; tree_allowed (n, t) marks which of the
         cache's last t entries (the tree) each input sees; None: causal over the inputs."""
-        n, dev = feat.shape[0], feat.device
-        if tree_allowed is None:
-            visible = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-        else:  # the tree's cached entries it is allowed, then itself
-            visible = torch.cat([tree_allowed, torch.eye(n, dtype=torch.bool, device=dev)], 1)
-        mask = additive(tree_mask(visible, len(cache) + n - visible.shape[1]), feat.dtype)
-        mask = mask[:, None]  # (1, 1, n, cached + n)
-        out, _, _ = self.head(feat[None], ids[None], positions[None], mask, cache=cache)
-        return out[0]
+        visible = None
+        if tree_allowed is not None:  # the tree's cached entries it is allowed, then itself
+            n, dev = feat.shape[0], feat.device
+            own = torch.cat([tree_allowed, torch.eye(n, dtype=torch.bool, device=dev)], 1)
+            visible = tree_mask(own, len(cache) + n - own.shape[1])[0]  # (n, cached + n)
+        return self.head.step(feat, ids, positions, visible, cache)
 
     def _catch_up(self, state):
         """The head over the positions it has not seen (the pending features of the tokens

@@ -8,6 +8,8 @@ The `target` fixture (conftest.py) is parametrised over the engines.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from omegaconf import OmegaConf
 
@@ -77,7 +79,7 @@ def save_head(target, kind, path, seed=0):
     return path
 
 
-def eagle_method(target, kind, path, **kw):
+def eagle_method(target, kind, path, drafter_weights="float", **kw):
     node = {
         "_target_": f"methods.{kind}.{'Eagle' if kind == 'eagle' else 'Eagle3'}",
         "name": kind,
@@ -88,7 +90,8 @@ def eagle_method(target, kind, path, **kw):
         "budget_ratio": 1.5,
         **kw,
     }
-    return build_method(OmegaConf.create(node), make_ctx(target))
+    ctx = dataclasses.replace(make_ctx(target), drafter_weights=drafter_weights)
+    return build_method(OmegaConf.create(node), ctx)
 
 
 def random_heads(hidden, n, seed):

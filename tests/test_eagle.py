@@ -16,6 +16,9 @@ from test_train import TINY_DISTILL
 from bench.runner import execute
 from bench.train.eagle_spec import EagleSpec, unroll_mask
 from drafters import eagle as eagle_io
+from drafters import weights
+from engines import native
+from engines.base import tree_mask
 from engines.load import wrap
 from methods import budget
 from methods.eagle import HeadCache
@@ -211,6 +214,46 @@ def test_dynamic_tree_reproduces_ar(target, tmp_path, kind, knobs, monkeypatch):
         n = budget.choose(curve, m.ratio)
         assert m.info["verify_cost_ms"] == {k: round(c * 1e3, 2) for k, c in curve.items()}
         assert m.total_tokens == max(n - 1, 1) and n > 2
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_the_native_head_step_is_the_torch_step(target, kind):
+    """With its layer int8 on the native kernels a head drafts with the layer as one native call
+    (drafters.eagle_native): the torch step's outputs and cache entries up to float rounding,
+    causal and under a tree mask, its q/k/v and gate/up views of one fused copy (held once)."""
+    if native.kernels()[0] is None:
+        pytest.skip(native.kernels()[1])
+    head = random_head(target, kind, 2)
+    weights.quantize(head)
+    held = head.own_bytes()
+    assert head.use_native() and head.own_bytes() == held
+    feat, ids = torch.randn(6, 32), torch.randint(0, 128, (6,))
+    runs = []
+    for step in (head.native, None):
+        head.native = step
+        cache = HeadCache()
+        a = head.step(feat[:4], ids[:4], torch.arange(4), None, cache)  # causal catch-up
+        two = tree_mask(torch.eye(2, dtype=torch.bool), len(cache))[0]  # two siblings at 4
+        b = head.step(a[-1:].expand(2, -1), ids[4:6], torch.full((2,), 4), two, cache)
+        child = tree_mask(torch.tensor([[True, False, True]]), len(cache) - 2)[0]  # of the first
+        c = head.step(b[:1], ids[5:6], torch.tensor([5]), child, cache)
+        runs.append([a, b, c, cache.k.clone(), cache.v.clone()])
+    for x, y in zip(*runs):
+        assert x.shape == y.shape and torch.allclose(x, y, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_an_int8_head_on_its_native_step_reproduces_ar(target, tmp_path, kind):
+    if native.kernels()[0] is None:
+        pytest.skip(native.kernels()[1])
+    d = save_head(target, kind, tmp_path / "head", seed=5)
+    m = eagle_method(target, kind, d, drafter_weights="int8", k=4, top_k=3, total_tokens=8)
+    assert m.info["drafter_weights"] == "int8" and m.info["head_step"] == "native"
+    ar = build_method("ar", make_ctx(target))
+    for p in prompts(3, seed=13):
+        assert run(m, p).output_ids == run(ar, p).output_ids
+    for i, p in enumerate(prompts(2, seed=14)):
+        run_forced(eagle_method(target, kind, d, drafter_weights="int8", k=4), ar, p, run, seed=i)
 
 
 def test_budget_choice():

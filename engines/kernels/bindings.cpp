@@ -34,6 +34,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &attention, "decode attention over the cache, row by row (attention.h)");
   m.def("silu_mul", &silu_mul, "silu(gate)·up of a fused (n, 2I) projection");
   m.def("layer_", &layer_, "one decoder layer (Block.forward_native) in one call, in a family");
+  m.def("attend_mlp_", &attend_mlp_,
+        "a decoder layer after its input norm, q/k/v reading their own input (the EAGLE heads)");
   py::class_<Stack>(m, "Stack", "a model's tensors for the one-call forward (model.h)",
                     py::module_local())
       .def(py::init<std::vector<std::vector<torch::Tensor>>, std::vector<std::vector<torch::Tensor>>,
@@ -41,6 +43,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                     std::vector<std::vector<torch::Tensor>>, torch::Tensor,
                     std::vector<torch::Tensor>, int64_t, int64_t, int64_t, double, Family>())
       .def("forward", &Stack::forward, "every layer, the final norm and the output layer");
+  m.attr("TILE") = py::int_(TILE);  // q8a's output rows a repacked tile holds
   m.def("vectorized", [] { return std::string(ISA) != "portable"; }, "built with AVX2/FMA");
   m.def("isa", [] { return std::string(ISA); }, "the instruction set the products were built for");
 }

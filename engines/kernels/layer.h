@@ -1,7 +1,8 @@
 // One decoder layer in one call: engines/lean.py's Block.forward_native, op for op and in its
 // order (the same products, row ops and attention.h's attention), for batch 1 without biases:
 // its numbers are forward_native's bit for bit, without the Python between the ops
-// (tests/test_engines.py compares the two).
+// (tests/test_engines.py compares the two). attend_mlp_ is the layer after its input norm, which
+// the EAGLE heads run on inputs of their own (drafters/eagle_native.py).
 #pragma once
 
 #include <torch/extension.h>
@@ -23,17 +24,18 @@ inline torch::Tensor project(const torch::Tensor& x, const std::vector<torch::Te
   return q8_linear(x, w[0], w[1], family);
 }
 
-// x (n, H) the residual stream, updated in place; kc, vc (1, kv, cap, hd) this layer's cache,
-// positions [start, start + n) written; cos, sin (n, hd); mask (1, 1, n, start + n) or none;
-// every projection in `family`.
-inline void layer_(torch::Tensor x, torch::Tensor norm_in, torch::Tensor norm_post,
-                   std::vector<torch::Tensor> wqkv, std::vector<torch::Tensor> wo,
-                   std::vector<torch::Tensor> wgu, std::vector<torch::Tensor> wd,
-                   torch::Tensor kc, torch::Tensor vc, int64_t start, torch::Tensor cos,
-                   torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t nh, int64_t nkv,
-                   int64_t hd, double eps, Family family) {
+// The layer after its input norm: x (n, H) the residual stream, updated in place; a (n, A) what
+// q, k and v read (the normed stream, or a drafter's own input: an EAGLE head's fused features,
+// A = H or 2H); kc, vc (1, kv, cap, hd) this layer's cache, positions [start, start + n) written;
+// cos, sin (n, hd); mask (1, 1, n, start + n) or none (causal); every projection in `family`.
+inline void attend_mlp_(torch::Tensor x, const torch::Tensor& a, torch::Tensor norm_post,
+                        const std::vector<torch::Tensor>& wqkv, const std::vector<torch::Tensor>& wo,
+                        const std::vector<torch::Tensor>& wgu, const std::vector<torch::Tensor>& wd,
+                        torch::Tensor kc, torch::Tensor vc, int64_t start, torch::Tensor cos,
+                        torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t nh,
+                        int64_t nkv, int64_t hd, double eps, Family family) {
   const int64_t n = x.size(0);
-  auto qkv = project(rms_norm(x, norm_in, eps), wqkv, family);  // (n, (nh + 2 nkv) hd)
+  auto qkv = project(a, wqkv, family);  // (n, (nh + 2 nkv) hd)
   rope_(qkv, nh + nkv, hd, cos, sin);
   kc.select(0, 0).slice(1, start, start + n).copy_(
       qkv.slice(1, nh * hd, (nh + nkv) * hd).view({n, nkv, hd}).transpose(0, 1));
@@ -41,8 +43,19 @@ inline void layer_(torch::Tensor x, torch::Tensor norm_in, torch::Tensor norm_po
       qkv.slice(1, (nh + nkv) * hd).view({n, nkv, hd}).transpose(0, 1));
   auto o = attention(qkv, kc.select(0, 0), vc.select(0, 0), start, mask, nh, nkv, hd);
   auto h = add_rms_norm_(x, project(o, wo, family), norm_post, eps);
-  auto a = silu_mul(project(h, wgu, family));
-  x.add_(project(a, wd, family));
+  auto g = silu_mul(project(h, wgu, family));
+  x.add_(project(g, wd, family));
+}
+
+// One decoder layer: its input norm, then attend_mlp_ on the normed stream.
+inline void layer_(torch::Tensor x, torch::Tensor norm_in, torch::Tensor norm_post,
+                   std::vector<torch::Tensor> wqkv, std::vector<torch::Tensor> wo,
+                   std::vector<torch::Tensor> wgu, std::vector<torch::Tensor> wd,
+                   torch::Tensor kc, torch::Tensor vc, int64_t start, torch::Tensor cos,
+                   torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t nh, int64_t nkv,
+                   int64_t hd, double eps, Family family) {
+  attend_mlp_(x, rms_norm(x, norm_in, eps), norm_post, wqkv, wo, wgu, wd, kc, vc, start, cos, sin,
+              mask, nh, nkv, hd, eps, family);
 }
 
 }  // namespace specsweep
