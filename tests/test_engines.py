@@ -473,6 +473,49 @@ def test_every_build_gives_the_same_bits():
         assert torch.equal(xa, xr), kind
 
 
+def test_attention_is_exact_on_every_build_alone_or_among_rows():
+    """The decode attention (several heads of a row side by side over their shared KV head,
+    eight keys' scores finished at once): every build gives the portable build's bits, for
+    head widths 32/64/128, 1-4 heads a KV head, causal or masked; a row computed alone (its
+    mask row, the cache as it is) gets the bits it gets among the others; and the result is
+    softmax attention to float32 rounding."""
+    from engines import native
+
+    builds = {k: native.build(k) for k in native.supported()}
+    ref = builds.pop("portable")
+    g = torch.Generator().manual_seed(11)
+    for trial, (hd, nkv, group, n) in enumerate(
+        [(64, 3, 3, 1), (64, 3, 3, 8), (64, 2, 4, 5), (64, 1, 2, 3), (128, 2, 3, 4), (32, 2, 1, 6)]
+    ):
+        nh, start = nkv * group, int(torch.randint(1, 90, (1,), generator=g))
+        kc = torch.randn(nkv, start + n + 3, hd, generator=g)
+        vc = torch.randn(nkv, start + n + 3, hd, generator=g)
+        qkv = torch.randn(n, (nh + 2 * nkv) * hd, generator=g) * 2
+        causal = torch.ones(n, start + n).tril(start).bool()
+        mask = None
+        if trial % 2:  # a tree's mask: some of the keys up to a row's own slot, the first one
+            mask = (torch.rand(n, start + n, generator=g) < 0.6) & causal
+            mask[:, 0] = True
+        want = ref.attention(qkv, kc, vc, start, mask, nh, nkv, hd)
+        for kind, mod in builds.items():
+            assert torch.equal(mod.attention(qkv, kc, vc, start, mask, nh, nkv, hd), want), kind
+        vis = mask if mask is not None else causal
+        q = qkv[:, : nh * hd].view(n, nh, hd).double()
+        k = kc[:, : start + n].double().repeat_interleave(group, 0)
+        v = vc[:, : start + n].double().repeat_interleave(group, 0)
+        sc = torch.einsum("nhd,hjd->nhj", q, k) / hd**0.5
+        sc = sc.masked_fill(~vis[:, None], float("-inf")).softmax(-1)
+        exact = torch.einsum("nhj,hjd->nhd", sc, v).reshape(n, nh * hd)
+        assert torch.allclose(want.double(), exact, atol=1e-5, rtol=1e-5), trial
+        for mod in (ref, *builds.values()):
+            for r in range(n):
+                row = mod.attention(
+                    qkv[r : r + 1].contiguous(), kc, vc, start + r, vis[r : r + 1, : start + r + 1],
+                    nh, nkv, hd,
+                )  # fmt: skip
+                assert torch.equal(row[0], want[r]), (trial, r)
+
+
 @pytest.mark.parametrize("kernel", ["native", "native_q8a"])
 @pytest.mark.parametrize("weights", ["int4", "int8"])
 def test_one_call_per_layer_equals_the_layer_op_by_op(

@@ -2,12 +2,14 @@
 // depends on nothing but the row (contract.h's promise, kept here for the ops between the
 // products). A query row attends to its visible keys (the mask's row, or causally every key up
 // to its own slot) in slot order, which is position order (a tree's nodes come after their
-// ancestors): its scores by the ISA's `dot`, their maximum, each key's weight exp(s − max) by
+// ancestors): its scores by the ISA's `dot` arithmetic (dot_parts, then finish's tree, eight
+// keys at a time by finish8), their maximum, each key's weight exp(s − max) by
 // `vexp` (one sequence of fmas on every build, lane by lane, so the grouping of keys in vectors
 // changes nothing), the weights' sum key by key, and the output as one fma per key over the
 // head's values, divided by the sum at the end. Neither the cache slots of masked keys nor the
 // number of query rows enters a row's numbers: a row alone or among 64 tree nodes gives the
-// same bits.
+// same bits. For speed, the heads of one row that share a KV head (they see the same keys) go
+// side by side, each value row loaded once for them all; a thread takes (row, KV head) units.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -42,36 +44,69 @@ inline Vec vexp(Vec x) {
 
 constexpr int64_t MAX_HD = 256;  // the widest head attention() takes
 
-// One query row against one KV head: q (hd), k and v (slots, hd) from slot 0, `visible` the
-// mask's row over `slots` (or null: all of them); out (hd). scores: scratch of `slots` floats.
-inline void attend(const float* q, const float* k, const float* v, const bool* visible,
-                   int64_t slots, int64_t hd, float scale, float* out, std::vector<float>& s,
-                   std::vector<int64_t>& at) {
-  s.clear();
-  at.clear();
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < slots; ++j)
-    if (!visible || visible[j]) {
-      const float sj = dot(q, k + j * hd, hd) * scale;
-      s.push_back(sj);
-      at.push_back(j);
-      mx = std::max(mx, sj);
+// G heads of one query row that share a KV head, hence its visible keys (their slots in `at`):
+// each head's scores (dot · scale, eight keys' dots finished at once by finish8: per key the
+// tree dot uses), their maximum, e^(s − max), the weights' sum key by key, and the output as
+// one fma chain per lane over the keys' values, divided by the sum. The heads go side by side
+// (their chains independent, each value row loaded once for all G): a head's numbers are the
+// same alone. s: G rows of `stride` floats; lanes past the count are computed, unused.
+template <int G, int W>
+inline void attend_heads(const float* const q[G], const float* k, const float* v,
+                         const std::vector<int64_t>& at, int64_t hd, float scale, float* s,
+                         int64_t stride, float* const out[G]) {
+  const int64_t c = static_cast<int64_t>(at.size());
+  float mx[G], sum[G];
+  for (int g = 0; g < G; ++g) {
+    float* sg = s + g * stride;
+    for (int64_t j = 0; j < c; j += 8) {
+      Vec a0[8], a1[8];
+      for (int u = 0; u < 8; ++u) dot_parts(q[g], k + at[std::min(j + u, c - 1)] * hd, hd, a0[u], a1[u]);
+      vstore(sg + j, vmul(finish8(a0, a1), vset(scale)));
     }
-  const int64_t c = static_cast<int64_t>(s.size());
-  s.resize((c + 7) / 8 * 8, mx);  // a last partial vector: lanes past c are computed, unused
-  for (int64_t j = 0; j < c; j += 8) vstore(s.data() + j, vexp(vadd(vload(s.data() + j), vset(-mx))));
-  float sum = 0.0f;
-  for (int64_t j = 0; j < c; ++j) sum += s[j];
-  // each output lane's chain runs over the keys in order; the lanes' chains side by side
-  Vec o[MAX_HD / 8];
-  const int64_t w = hd / 8;
-  for (int64_t d = 0; d < w; ++d) o[d] = vzero();
-  for (int64_t j = 0; j < c; ++j) {
-    const Vec p = vset(s[j]);
-    const float* vj = v + at[j] * hd;
-    for (int64_t d = 0; d < w; ++d) o[d] = vfma(p, vload(vj + 8 * d), o[d]);
+    mx[g] = -std::numeric_limits<float>::infinity();
   }
-  for (int64_t d = 0; d < w; ++d) vstore(out + 8 * d, vdiv(o[d], vset(sum)));
+  for (int64_t j = 0; j < c; ++j)
+    for (int g = 0; g < G; ++g) mx[g] = std::max(mx[g], s[g * stride + j]);
+  for (int g = 0; g < G; ++g) {
+    float* sg = s + g * stride;
+    for (int64_t j = 0; j < c; j += 8) vstore(sg + j, vexp(vadd(vload(sg + j), vset(-mx[g]))));
+    sum[g] = 0.0f;
+  }
+  for (int64_t j = 0; j < c; ++j)
+    for (int g = 0; g < G; ++g) sum[g] += s[g * stride + j];
+  const int64_t w = W > 0 ? W : hd / 8;  // W: the head's width in vectors, when known
+  Vec o[G][W > 0 ? W : MAX_HD / 8];
+  for (int g = 0; g < G; ++g)
+    for (int64_t d = 0; d < w; ++d) o[g][d] = vzero();
+  for (int64_t j = 0; j < c; ++j) {
+    Vec p[G];
+    for (int g = 0; g < G; ++g) p[g] = vset(s[g * stride + j]);
+    const float* vj = v + at[j] * hd;
+    for (int64_t d = 0; d < w; ++d) {
+      const Vec x = vload(vj + 8 * d);
+      for (int g = 0; g < G; ++g) o[g][d] = vfma(p[g], x, o[g][d]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int64_t d = 0; d < w; ++d) vstore(out[g] + 8 * d, vdiv(o[g][d], vset(sum[g])));
+}
+
+// As many heads side by side as the registers hold their accumulators (hd = 64: three where
+// the build has 32 vector registers), the rest one by one.
+inline void attend_group(const float* const* q, int64_t heads, const float* k, const float* v,
+                         const std::vector<int64_t>& at, int64_t hd, float scale, float* s,
+                         int64_t stride, float* const* out) {
+  constexpr bool wide = SPECSWEEP_VEC_REGS >= 32;
+  int64_t h = 0;
+  if (hd == 64 && wide) {
+    for (; h + 3 <= heads; h += 3) attend_heads<3, 8>(q + h, k, v, at, hd, scale, s, stride, out + h);
+    for (; h + 2 <= heads; h += 2) attend_heads<2, 8>(q + h, k, v, at, hd, scale, s, stride, out + h);
+  }
+  for (; h < heads; ++h) {
+    if (hd == 64) attend_heads<1, 8>(q + h, k, v, at, hd, scale, s, stride, out + h);
+    else if (hd == 128) attend_heads<1, 16>(q + h, k, v, at, hd, scale, s, stride, out + h);
+    else attend_heads<1, 0>(q + h, k, v, at, hd, scale, s, stride, out + h);
+  }
 }
 
 // qkv (n, (nh + 2 nkv)·hd) rows (rotary applied), kc/vc (kv, cap, hd) this layer's cache with
@@ -99,16 +134,28 @@ inline torch::Tensor attention(torch::Tensor qkv, torch::Tensor kc, torch::Tenso
   const float *qp = qkv.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
   float* op = o.data_ptr<float>();
   const int64_t group = nh / nkv;
-  at::parallel_for(0, n * nh, 1, [&](int64_t a, int64_t b) {
+  // a unit of work: one row's heads over one KV head (they see the same keys)
+  at::parallel_for(0, n * nkv, 1, [&](int64_t a, int64_t b) {
     std::vector<float> s;
     std::vector<int64_t> at;
-    s.reserve(total + 8);
+    std::vector<const float*> qs(group);
+    std::vector<float*> outs(group);
+    const int64_t stride = (total + 7) / 8 * 8;
+    s.resize(group * stride);
     at.reserve(total);
     for (int64_t i = a; i < b; ++i) {
-      const int64_t row = i / nh, h = i % nh, kv = h / group;
-      attend(qp + row * width + h * hd, kp + kv * cap * hd, vp + kv * cap * hd,
-             vis ? vis + row * total : nullptr, vis ? total : start + row + 1, hd, scale,
-             op + row * nh * hd + h * hd, s, at);
+      const int64_t row = i / nkv, kv = i % nkv;
+      const bool* visible = vis ? vis + row * total : nullptr;
+      const int64_t slots = vis ? total : start + row + 1;
+      at.clear();
+      for (int64_t j = 0; j < slots; ++j)
+        if (!visible || visible[j]) at.push_back(j);
+      for (int64_t g = 0; g < group; ++g) {
+        qs[g] = qp + row * width + (kv * group + g) * hd;
+        outs[g] = op + row * nh * hd + (kv * group + g) * hd;
+      }
+      attend_group(qs.data(), group, kp + kv * cap * hd, vp + kv * cap * hd, at, hd, scale,
+                   s.data(), stride, outs.data());
     }
   });
   return o;

@@ -10,6 +10,10 @@
 
 #include "contract.h"
 
+#ifndef SPECSWEEP_VEC_REGS
+#define SPECSWEEP_VEC_REGS 16  // the registers 8-lane vectors may live in
+#endif
+
 namespace specsweep {
 
 using Vec = __m256;
@@ -170,8 +174,9 @@ struct RLanes {
   }
 };
 
-// Row ops: Σ a[k]·b[k] over n (a multiple of 8), 16 at a time into two accumulators, then finish.
-inline float dot(const float* a, const float* b, int64_t n) {
+// Row ops: Σ a[k]·b[k] over n (a multiple of 8), 16 at a time into two accumulators (dot_parts),
+// then finish; finish8 finishes eight such pairs at once, lane p of its result finish(a0[p], a1[p]).
+inline void dot_parts(const float* a, const float* b, int64_t n, Vec& a0, Vec& a1) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) {
@@ -179,7 +184,32 @@ inline float dot(const float* a, const float* b, int64_t n) {
     s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), s1);
   }
   if (k < n) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), s0);
-  return finish(s0, s1);
+  a0 = s0;
+  a1 = s1;
+}
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  Vec a0, a1;
+  dot_parts(a, b, n, a0, a1);
+  return finish(a0, a1);
+}
+
+// finish's tree for eight pairs side by side: s_p = a0[p] + a1[p]; the halves of two pairs
+// added in one instruction (h_p[j] = s_p[j] + s_p[j + 4]); then h[0] + h[2] and h[1] + h[3] for
+// four pairs at once, and their sum; the lanes come out as pairs 0 2 4 6 1 3 5 7, put in order.
+inline Vec finish8(const Vec a0[8], const Vec a1[8]) {
+  __m256 h[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m256 s = _mm256_add_ps(a0[2 * i], a1[2 * i]), t = _mm256_add_ps(a0[2 * i + 1], a1[2 * i + 1]);
+    h[i] = _mm256_add_ps(_mm256_permute2f128_ps(s, t, 0x20), _mm256_permute2f128_ps(s, t, 0x31));
+  }
+  __m256 g[2];
+  for (int i = 0; i < 2; ++i)
+    g[i] = _mm256_add_ps(_mm256_shuffle_ps(h[2 * i], h[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm256_shuffle_ps(h[2 * i], h[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 }  // namespace specsweep

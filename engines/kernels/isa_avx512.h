@@ -6,6 +6,7 @@
 // accumulator chains hide the fma latency.
 #pragma once
 
+#define SPECSWEEP_VEC_REGS 32  // AVX-512VL: 8-lane vectors in any of 32 registers
 #include "isa_avx2.h"
 
 namespace specsweep {

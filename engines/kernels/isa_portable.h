@@ -13,6 +13,8 @@
 
 #include "contract.h"
 
+#define SPECSWEEP_VEC_REGS 16
+
 namespace specsweep {
 
 struct Vec { float v[8]; };
@@ -130,20 +132,31 @@ struct RLanes {
   }
 };
 
-// Row ops: Σ a[k]·b[k] over n (a multiple of 8), 16 at a time into two accumulators, then finish.
-inline float dot(const float* a, const float* b, int64_t n) {
-  float s[2][8] = {};
+// Row ops: Σ a[k]·b[k] over n (a multiple of 8), 16 at a time into two accumulators (dot_parts),
+// then finish; finish8 finishes eight such pairs at once, lane p of its result finish(a0[p], a1[p]).
+inline void dot_parts(const float* a, const float* b, int64_t n, Vec& a0, Vec& a1) {
+  a0 = vzero();
+  a1 = vzero();
   int64_t k = 0;
   for (; k + 16 <= n; k += 16)
     for (int j = 0; j < 8; ++j) {
-      s[0][j] = std::fma(a[k + j], b[k + j], s[0][j]);
-      s[1][j] = std::fma(a[k + 8 + j], b[k + 8 + j], s[1][j]);
+      a0.v[j] = std::fma(a[k + j], b[k + j], a0.v[j]);
+      a1.v[j] = std::fma(a[k + 8 + j], b[k + 8 + j], a1.v[j]);
     }
   if (k < n)
-    for (int j = 0; j < 8; ++j) s[0][j] = std::fma(a[k + j], b[k + j], s[0][j]);
+    for (int j = 0; j < 8; ++j) a0.v[j] = std::fma(a[k + j], b[k + j], a0.v[j]);
+}
+
+inline float dot(const float* a, const float* b, int64_t n) {
   Vec a0, a1;
-  for (int j = 0; j < 8; ++j) { a0.v[j] = s[0][j]; a1.v[j] = s[1][j]; }
+  dot_parts(a, b, n, a0, a1);
   return finish(a0, a1);
+}
+
+inline Vec finish8(const Vec a0[8], const Vec a1[8]) {
+  Vec r;
+  for (int p = 0; p < 8; ++p) r.v[p] = finish(a0[p], a1[p]);
+  return r;
 }
 
 }  // namespace specsweep
