@@ -35,7 +35,7 @@ install-llamacpp:  ## llama.cpp's server (llama-cpp-python==0.3.36, built from s
 		$(PY) -m venv $(SPECSWEEP_VENVS)/llamacpp && \
 		$(SPECSWEEP_VENVS)/llamacpp/bin/pip install -q "llama-cpp-python[server]==0.3.36"; fi
 
-# what bench.gpu_check needs beyond a stock CUDA PyTorch image (torch, numpy, pandas, an older
+# what bench.tools.gpu_check needs beyond a stock CUDA PyTorch image (torch, numpy, pandas, an older
 # transformers): pure-Python packages, ~15 MB, so that the tree (artifacts ~39 MB) and wheels/
 # stay under the 64 MiB a GPU machine takes; the image's own packages serve their dependencies
 GPU_WHEELS ?= transformers==5.24.0 hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 gguf==0.19.0
@@ -47,7 +47,7 @@ gpu-wheels:  ## download what gpu-check needs on an offline GPU machine into whe
 gpu-check:  ## every method on CUDA (CPU: the tiny model) on models built in-process, measured afresh (resume=true: continue the last check's cells); installs wheels/ first if present
 	@if [ -d wheels ] && ! $(PY) -c "import hydra, gguf, transformers; assert tuple(map(int, transformers.__version__.split('.')[:2])) >= (5, 23)" 2>/dev/null; then \
 		$(PY) -m pip install -q --no-index --find-links wheels $(GPU_WHEELS); fi
-	PYTHONPATH=. $(PY) -m bench.gpu_check $(if $(filter true,$(resume)),--resume)
+	PYTHONPATH=. $(PY) -m bench.tools.gpu_check $(if $(filter true,$(resume)),--resume)
 
 bench:  ## the default sweep: every method with a default drafter (and transformers' peers) × core tasks, a few prompts each
 	$(PY) -m bench $(SWEEP)
@@ -68,7 +68,7 @@ test-server:  ## every real-server test (vLLM started on 127.0.0.1; needs make i
 	$(PY) -m pytest -m server
 
 engine-check:  ## engines side by side here: tokens/s vs generate(), roofline, verify cost curve
-	$(PY) -m bench.engine_check
+	$(PY) -m bench.tools.engine_check
 
 report:  ## charts and tables of every run under results/ (or RUNS=dirs) into reports/index.md
 	$(PY) -m bench.report $(RUNS)

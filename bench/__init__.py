@@ -8,5 +8,5 @@ prefill → rounds → stop (`wholeturn` the same for transformers' generate());
 turn produced; `records` writes records.jsonl and env.json; `metrics` and `verdict` turn records
 into the summary; `config` is the run schema and its checks. The clock, sampling rules, tree
 vocabulary and state are on the ground floor (`groundfloor`); methods in `methods`, engines in
-`engines`, tasks in `tasks`. On top: `bench.report`, `bench.gate`, `bench.serve`, `bench.train`.
+`engines`, tasks in `tasks`. On top: `bench.report`, `bench.gate`, `bench.serve`, `train`.
 """

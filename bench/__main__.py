@@ -19,9 +19,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from bench.config import ALIAS_NOTE, backend, check_overrides, register
-from bench.table import progress_bar
 from groundfloor.errors import UserError
 from groundfloor.paths import CONF, writable_dir
+from groundfloor.progress import progress_bar
 
 SHARED: dict = {}  # engines loaded by earlier cells of this process: a sweep loads each once
 OUTSIDE: dict = {}  # seconds outside the measured turns, by part, summed over this process's cells

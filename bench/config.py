@@ -13,7 +13,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from groundfloor.errors import UserError
-from groundfloor.paths import CONF
+from groundfloor.paths import CONF, check_group_values, group_options
 
 GROUPS = ("method", "model", "task", "device", "experiment", "server")
 ENGINES = ("auto", "hf", "lean", "openai")  # openai: the old name of backend=server
@@ -103,10 +103,6 @@ def compose(overrides: list[str], what: str = "overrides"):
             return hcompose("config", overrides=overrides)
     except HydraException as e:
         raise UserError(f"{what} {overrides}: {str(e).splitlines()[0]}")
-
-
-def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
 KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
@@ -224,14 +220,6 @@ def check_method_knob(methods: list[str], knob: str, value: str) -> None:
 
 AUTO_KNOBS = ("total_tokens", "tree", "k")
 NULLABLE_INT = {"k": int, "num_heads": int, "draft_vocab": int, "total_tokens": int}
-
-
-def check_group_values(group: str, value: str) -> None:
-    """`value` (one option or a comma-separated sweep) must name files in conf/<group>/."""
-    options = group_options(group)
-    for v in value.split(","):
-        if v and v not in options:
-            raise UserError(f"{group}={v!r} is unknown; choose one of: {', '.join(options)}")
 
 
 def _need(ok: bool, msg: str) -> None:

@@ -158,21 +158,3 @@ def print_serve_summary(summary: pd.DataFrame, title: str, console: Console | No
             _f(r.exact_match, "{:.2f}"),
         )
     console.print(t)
-
-
-def progress_bar(console=None, transient: bool = True, remaining: bool = False):
-    """The one rich progress bar of every command (description, bar, n/N, elapsed[, ETA]) on
-    stderr, so stdout keeps only results."""
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
-    columns += [TimeElapsedColumn()] + ([TimeRemainingColumn()] if remaining else [])
-    return Progress(*columns, console=console or Console(stderr=True), transient=transient)

@@ -11,5 +11,5 @@
 
 Floors above, each importing only downward (contracts in pyproject.toml, checked by
 import-linter in `make test`): engines and tasks; drafters; methods; bench (the run); and on
-top bench.report, bench.gate, bench.serve and bench.train.
+top bench.report, bench.gate, bench.serve and train.
 """

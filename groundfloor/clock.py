@@ -5,7 +5,8 @@ events are allocated once and reused turn after turn, so a round allocates nothi
 the CPU by `time.perf_counter_ns`. Work is synchronous there, so no fence is needed. A method never
 touches the clock: the decode loop wraps its calls. `read` also gives `host_wall`, the host's
 clock from the first span's start to the read (after the synchronize): on CUDA the check that
-the events time what the host waits for (bench.gpu_check); on the CPU the same clock as `wall`.
+the events time what the host waits for (bench.tools.gpu_check); on the CPU the same clock as
+`wall`.
 """
 
 from __future__ import annotations

@@ -18,6 +18,18 @@ CONF = ROOT / "conf"
 ARTIFACTS = ROOT / "artifacts"
 
 
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def check_group_values(group: str, value: str) -> None:
+    """`value` (one option or a comma-separated sweep) must name files in conf/<group>/."""
+    options = group_options(group)
+    for v in value.split(","):
+        if v and v not in options:
+            raise UserError(f"{group}={v!r} is unknown; choose one of: {', '.join(options)}")
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("SPECSWEEP_CACHE", Path.home() / ".cache" / "specsweep"))
 

@@ -113,7 +113,7 @@ class Eagle(TreeMethod):
         if not src:
             raise UserError(
                 f"method={self.name} needs a head: set method.heads=<dir or Hub id> "
-                f"or model.{self.kind} (train one with `python -m bench.train "
+                f"or model.{self.kind} (train one with `python -m train "
                 f"drafter={self.kind}`)"
             )
         path = local_dir(str(src), "method.heads")

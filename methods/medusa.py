@@ -67,7 +67,7 @@ class Medusa(TreeMethod):
         if not (path / "config.json").exists():
             raise UserError(
                 f"method.heads={str(path)!r} holds no Medusa heads (config.json and "
-                f"{heads_io.WEIGHTS}); train them with `python -m bench.train "
+                f"{heads_io.WEIGHTS}); train them with `python -m train "
                 f"drafter=medusa`"
             )
         self.heads, hcfg = heads_io.load(path, ctx.dtype)

@@ -3,7 +3,7 @@
 A benchmark prompt that shares a run of 8 words with the prompts a draft model or head was
 trained on measures memorization, not speculation. Templated training prompts live in
 `train/prompts/` (TRAIN_PROMPTS, JSON Lines); the real-world ones are read from packages by
-bench.train.sources, which drops every prompt overlapping `benchmark_sets()` (the built-in sets,
+train.sources, which drops every prompt overlapping `benchmark_sets()` (the built-in sets,
 MT-Bench and HumanEval from their packages, question files given). tests/test_overlap.py
 checks that none remain.
 

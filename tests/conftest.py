@@ -41,7 +41,7 @@ WORDS = (
 
 def tiny_tokenizer():
     """128 ids: the chat specials, WORDS, digits and punctuation, then filler words."""
-    from bench.gpu_check import word_tokenizer
+    from bench.tools.gpu_check import word_tokenizer
 
     return word_tokenizer(WORDS + [str(d) for d in range(10)] + list(".,:;?!()=+-*/'\"_"), 128)
 
@@ -121,7 +121,7 @@ def near_llama(scale: float = 0.1, seed: int = 5):
     """The tiny target (tiny_llama(0)) with every weight perturbed by `scale` × its std: a draft
     that agrees with the target on about two thirds of greedy tokens, so accepts, full rounds
     and rejections part-way down all happen (a random draft accepts almost nothing)."""
-    from bench.gpu_check import perturbed
+    from bench.tools.gpu_check import perturbed
 
     return perturbed(tiny_llama(0), scale, seed)
 

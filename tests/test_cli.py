@@ -314,7 +314,7 @@ def test_each_cell_reports_its_time_outside_the_measured_turns_and_the_sweeps_to
 
 
 def test_engine_check_configs_name_dtype_kernel_and_compile():
-    from bench.engine_check import parse
+    from bench.tools.engine_check import parse
 
     c = parse("lean:int4:native_q8a")
     assert (c["weights"], c["dtype"], c["kernel"], c["compile"]) == (

@@ -14,7 +14,6 @@ from test_distcheck import tiny_run
 from test_train import TINY_DISTILL
 
 from bench.runner import execute
-from bench.train.eagle_spec import EagleSpec, unroll_mask
 from drafters import eagle as eagle_io
 from drafters import weights
 from engines import native
@@ -23,6 +22,7 @@ from engines.load import wrap
 from methods import budget
 from methods.eagle import HeadCache
 from methods.registry import build_method
+from train.eagle_spec import EagleSpec, unroll_mask
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -287,8 +287,8 @@ def test_check_distribution_passes(kind, tiny_target_dir, tmp_path):
 
 @pytest.mark.parametrize("kind", ["eagle", "eagle3"])
 def test_training_learns_and_the_head_is_exact(kind, tiny_target_dir, tmp_path, monkeypatch):
-    from bench.train import distill, loop
     from groundfloor.models import load_model
+    from train import distill, loop
 
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "cache"))
     tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)

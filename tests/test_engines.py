@@ -630,9 +630,9 @@ def test_a_rows_logits_are_the_same_alone_or_in_any_tree_on_every_build(
 
 
 def test_kernel_check_times_every_product_of_each_family(tiny_target_dir, capsys):
-    """bench.kernel_check: each of a layer's four products and the output layer, per family and
-    row count, cold and warm, each a positive time with its weights' bytes."""
-    from bench import kernel_check
+    """bench.tools.kernel_check: each of a layer's four products and the output layer, per family
+    and row count, cold and warm, each a positive time with its weights' bytes."""
+    from bench.tools import kernel_check
 
     rows = kernel_check.main(
         ["--model", str(tiny_target_dir), "--rows", "1", "3", "--repeats", "1"]

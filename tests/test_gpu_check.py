@@ -1,5 +1,6 @@
-"""`python -m bench.gpu_check` on the CPU: every method on the tiny model built in-process, the
-suite's own run per cell, and the report. (On CUDA the same command also runs SmolLM2's shape.)"""
+"""`python -m bench.tools.gpu_check` on the CPU: every method on the tiny model built in-process,
+the suite's own run per cell, and the report. (On CUDA the same command also runs SmolLM2's
+shape.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 
-from bench import gpu_check
+from bench.tools import gpu_check
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only waits
 

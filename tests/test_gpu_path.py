@@ -86,7 +86,7 @@ def test_cuda_events_are_allocated_once_and_reused(monkeypatch):
 
 def test_the_clock_reads_the_hosts_wall_time_beside_the_events(monkeypatch):
     """host_wall runs from the first span's start to the read after the synchronize: on CUDA it
-    is what bench.gpu_check holds the events' wall against; each reset starts it again."""
+    is what bench.tools.gpu_check holds the events' wall against; each reset starts it again."""
     import time
 
     waited = []

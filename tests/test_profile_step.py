@@ -1,10 +1,10 @@
-"""bench.profile_step on the tiny model: a decoding step and a verify forward, profiled."""
+"""bench.tools.profile_step on the tiny model: a decoding step and a verify forward, profiled."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import profile_step
+from bench.tools import profile_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,8 +13,8 @@ from synthetic_runs import make_run, make_sweep
 
 from bench import report
 from bench.report import charts
+from bench.report.runs import k_agnostic_methods, load_runs
 from bench.report.specbench_import import import_cells
-from bench.runs import k_agnostic_methods, load_runs
 from groundfloor.errors import UserError
 
 CHARTS = [
@@ -225,7 +225,7 @@ def test_bad_answer_file_names_file_and_line(tmp_path):
 
 
 def test_a_category_rows_tau_interval_is_bootstrapped_within_the_category():
-    from bench import runs
+    from bench.report import runs
 
     rows = [
         {"task": "qa", "category": c, "role": "method", "repeat": 0, "new_tokens": n,

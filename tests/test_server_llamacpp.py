@@ -1,7 +1,7 @@
 """llama.cpp as a real peer: its server (llama-cpp-python, `make install-llamacpp`, built from
 source for the CPU at hand) serving the embedded GGUF on 127.0.0.1, started and stopped by the
-suite, and its worker beside our engines in `bench.engine_check`. The venv is a build of several
-minutes, never part of CI: without it these tests skip.
+suite, and its worker beside our engines in `bench.tools.engine_check`. The venv is a build of
+several minutes, never part of CI: without it these tests skip.
 
 One cell with llama.cpp's prompt lookup on and off checks the usual outputs, the greedy verdicts
 and the latency columns (llama.cpp exposes no speculative counters: τ and α stay empty), and that
@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 from test_cli import ENV
 
-from bench import llamacpp_peer
 from bench.serve.server import get
 from bench.serve.summary import SERVE_COLUMNS
+from bench.tools import llamacpp_peer
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

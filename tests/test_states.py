@@ -1,4 +1,4 @@
-"""Distillation ids and the hidden states rebuilt from them (bench/train/distill.py, states.py)."""
+"""Distillation ids and the hidden states rebuilt from them (train/distill.py, states.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench.train import distill, states
 from engines.load import load
+from train import distill, states
 
 HOW = {
     "engine": "lean",

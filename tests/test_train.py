@@ -9,9 +9,9 @@ import torch
 from helpers import make_ctx, prompts, run
 from omegaconf import OmegaConf
 
-from bench.train import distill, loop, specs
 from drafters import medusa as heads_io
 from methods.registry import build_method
+from train import distill, loop, specs
 
 TINY_DISTILL = {
     "engine": "lean",
@@ -104,7 +104,7 @@ def test_medusa_training_learns_resumes_and_loads(data, tiny_target_dir, tmp_pat
 
 
 def test_training_prompts_are_generated_deterministically():
-    from bench.train import prompts as tp
+    from train import prompts as tp
 
     a, b = tp.build(), tp.build()
     assert a == b and len(a) >= 300
@@ -147,14 +147,14 @@ def test_distilled_draft_trains_saves_and_is_exact(data, tiny_target_dir, tmp_pa
 
 
 def _medusa(data, target, seed):
-    torch.manual_seed(seed)  # as `python -m bench.train` does before building the drafter
+    torch.manual_seed(seed)  # as `python -m train` does before building the drafter
     return specs.MedusaSpec(
         data, target, num_heads=2, num_layers=1, batch_size=16, holdout=0.25, base="tiny"
     )
 
 
 def _eagle(data, target, seed):
-    from bench.train.eagle_spec import EagleSpec
+    from train.eagle_spec import EagleSpec
 
     torch.manual_seed(seed)
     return EagleSpec(
@@ -232,9 +232,9 @@ def test_each_drafter_yaml_names_its_training_spec():
     """Training is chosen by the `_target_` of conf/drafter/<name>.yaml, no list in code."""
     from omegaconf import OmegaConf
 
-    from bench.train.__main__ import spec_class
     from groundfloor.errors import UserError
     from groundfloor.paths import CONF
+    from train.__main__ import spec_class
 
     for path in sorted((CONF / "drafter").glob("*.yaml")):
         cfg = OmegaConf.create({"drafter": OmegaConf.load(path), "target": "unused"})
@@ -268,9 +268,9 @@ def test_a_coverage_vocabulary_is_the_fewest_frequent_ids_covering_the_held_out_
 def test_an_eagle3_head_continues_from_a_saved_head_with_its_vocabulary(
     data, tiny_target_dir, tmp_path
 ):
-    from bench.train.eagle_spec import EagleSpec
     from groundfloor.errors import UserError
     from groundfloor.models import load_model
+    from train.eagle_spec import EagleSpec
 
     target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
     kw = dict(steps=2, eval_steps=2, batch_size=8, holdout=0.25, base="tiny", layers=[1, 1, -1])

@@ -1,4 +1,4 @@
-"""`python -m bench.train`: the Hydra entry point end to end on a tiny target, and its errors."""
+"""`python -m train`: the Hydra entry point end to end on a tiny target, and its errors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 
 
-def train(args, tmp_path, module="bench.train"):
+def train(args, tmp_path, module="train"):
     env = dict(os.environ, SPECSWEEP_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
     return subprocess.run(
         [sys.executable, "-m", module, *args],
@@ -70,13 +70,13 @@ def test_train_command_writes_the_published_layout(drafter, tiny_target_dir, pro
     assert "config.json" in files
     assert ("model.safetensors" if drafter == "eagle3" else "medusa_lm_head.safetensors") in files
     if drafter == "eagle3":  # the saved head on the same held-out split, from the same data
-        r = train([*args, f"+heads=[{out}]"], tmp_path, "bench.train.evaluate")
+        r = train([*args, f"+heads=[{out}]"], tmp_path, "train.evaluate")
         assert r.returncode == 0, r.stderr[-2000:]
         line = next(x for x in r.stdout.splitlines() if x.startswith(str(out)))
         tops = json.loads(line.split("by draft position ", 1)[1])
         assert set(tops) == {"all", "greedy", "sampled"} and len(tops["all"]) == 4
         assert tops["all"][0] == pytest.approx(summary["top1_per_pos"][0], abs=0.1)
-        r = train(args, tmp_path, "bench.train.evaluate")
+        r = train(args, tmp_path, "train.evaluate")
         assert r.returncode == 2 and "names no head to evaluate" in r.stderr
 
 

@@ -158,7 +158,7 @@ def measure(
     once per tree, the order alternating (A B A′, A′ B A) from one trio to the next."""
     from rich.console import Console
 
-    from bench.table import progress_bar
+    from groundfloor.progress import progress_bar
 
     got: dict = {k: {m: {} for m in methods} for k in TREES}
     counts = {"remeasured": 0, "still_disturbed": 0}

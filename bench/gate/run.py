@@ -50,8 +50,8 @@ from bench.gate.rules import Tolerances, compare, env_problems
 from bench.gate.table import print_table
 from bench.gate.units import stored, units_of
 from bench.records import dirty_files
-from bench.table import progress_bar
 from groundfloor.errors import UserError
+from groundfloor.progress import progress_bar
 
 SUMMARY = ("tau", "exact_match", "speedup", "tokens_per_s", "baseline_tokens_per_s", "k")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from bench.report import charts, tables
-from bench.runs import slug
+from bench.report.runs import slug
 
 
 def settings_note(g: pd.DataFrame) -> str:

@@ -24,9 +24,9 @@ import pandas as pd
 
 from bench.report import charts, tables
 from bench.report.group import SECTIONS, Group
+from bench.report.runs import load_runs, slug
 from bench.report.serve import is_server, server_section
 from bench.report.writer import Writer
-from bench.runs import load_runs, slug
 from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from bench.metrics import COLUMNS, bootstrap_ratio
-from bench.runs import group_label
+from bench.report.runs import group_label
 from groundfloor.errors import UserError
 from tasks.specbench import map_category
 

@@ -1,6 +1,6 @@
 """The report's tables: tidy DataFrames behind every chart, and their Markdown rendering.
 
-Inputs are `bench.runs` cells (one row per summary.csv row, with group and τ interval) and
+Inputs are `bench.report.runs` cells (one row per summary.csv row, with group and τ interval) and
 records. Each function here takes one group's rows (one model, device and dtype) unless its
 name says otherwise, and returns a DataFrame that the report writes as CSV and a chart draws.
 """

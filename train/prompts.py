@@ -1,6 +1,6 @@
 """The training prompt set: generated from our own topics and templates, never from benchmarks.
 
-    python -m bench.train.prompts            # (re)writes train/prompts/train.jsonl and focus.jsonl
+    python -m train.prompts            # (re)writes train/prompts/train.jsonl and focus.jsonl
 
 Deterministic (fixed seed). Drafters learn the target's continuations of these prompts, so they
 must share no long n-gram with any benchmark prompt: `tasks.overlap` checks that in the tests.

@@ -1,10 +1,10 @@
 """Saved EAGLE heads side by side on the same held-out split: top-1 per draft position.
 
-    python -m bench.train.evaluate drafter=eagle3 limit=6400 +heads=[OLD_DIR,NEW_DIR]
+    python -m train.evaluate drafter=eagle3 limit=6400 +heads=[OLD_DIR,NEW_DIR]
 
 The data is the training command's own (same prompts, limit, ids and cached states; the split by
 prompt id, so a head never saw the held-out prompts whatever data it was trained on); each head is
-loaded as `drafter.init` loads it (bench.train.eagle_spec) and evaluated by bench.train.loop's
+loaded as `drafter.init` loads it (train.eagle_spec) and evaluated by train.loop's
 `evaluate` on the whole held-out split, greedy and sampled answers together and apart. Misses
 outside a head's draft vocabulary count as misses.
 """
@@ -23,9 +23,9 @@ from groundfloor.errors import UserError
 
 
 def run(cfg: DictConfig) -> dict:
-    from bench.train import loop
-    from bench.train.__main__ import spec_class, training_data
     from groundfloor.models import load_model
+    from train import loop
+    from train.__main__ import spec_class, training_data
 
     heads = list(cfg.get("heads") or [])
     if not heads:
@@ -49,7 +49,7 @@ def run(cfg: DictConfig) -> dict:
     return out
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="train")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     OmegaConf.set_struct(cfg, False)
     try:

@@ -1,6 +1,6 @@
 """Hidden states for drafter training, recomputed from the committed token ids.
 
-The ids of a distillation set are small and kept in the repository (bench/train/distill.py); the
+The ids of a distillation set are small and kept in the repository (train/distill.py); the
 states a drafter learns from are ~9 GB per million answer tokens and are not. They are rebuilt
 here by one teacher-forced forward per batch of records (left-padded, the padding masked, as in
 the decode), only for the layers a drafter uses (draft model: none; Medusa and EAGLE-2: the last,

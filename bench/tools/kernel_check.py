@@ -1,8 +1,8 @@
 """The target's products, kernel alone: each of a layer's four projections and the output layer,
 for 1, 2, 4, 8 and 16 input rows, cold and warm, on each native kernel family.
 
-    python -m bench.kernel_check                               # native and native_q8a
-    python -m bench.kernel_check --kernels native_q8a --rows 1 2 4 --out kernels.json
+    python -m bench.tools.kernel_check                               # native and native_q8a
+    python -m bench.tools.kernel_check --kernels native_q8a --rows 1 2 4 --out kernels.json
 
 Each product is one call into engines.native (Python's Linear around it not timed). Cold is a
 decoding step's access: before a timed pass a buffer larger than the caches is read,

@@ -1,9 +1,9 @@
 """The engines on this machine, side by side: decoding speed, roofline and the cost curve.
 
-    python -m bench.engine_check                       # the embedded model, every candidate
-    python -m bench.engine_check --configs hf:float32 lean:int4 --tokens 64 --out check.json
-    python -m bench.engine_check --configs lean:int4 --task all --per-task 2   # 2 per category
-    python -m bench.engine_check --configs lean:int4 lean:int4:native_q8a    # a kernel by name
+    python -m bench.tools.engine_check                       # the embedded model, every candidate
+    python -m bench.tools.engine_check --configs hf:float32 lean:int4 --tokens 64 --out check.json
+    python -m bench.tools.engine_check --configs lean:int4 --task all --per-task 2  # 2 a category
+    python -m bench.tools.engine_check --configs lean:int4 lean:int4:native_q8a  # a kernel
 
 One run, one process, every configuration loaded at once and measured interleaved (the order
 rotates per prompt and repeat), warm-up outside the clock, medians:
@@ -18,7 +18,7 @@ rotates per prompt and repeat), warm-up outside the clock, medians:
   * TPOT split into the one-token forward at the decode's mean cache length (timed after 128,
     512 and 1,024 cached tokens: the growth is attention over the cache) and the loop around it;
   * llama.cpp on the same GGUF file and token ids, when `make install-llamacpp` put it in its
-    venv (bench/llamacpp_peer.py: a worker process, interleaved like the other sides): its
+    venv (bench/tools/llamacpp_peer.py: a worker process, interleaved like the other sides): its
     tokens/s and time per output token (TPOT: the one-token steps after the first token) beside
     ours.
 A configuration is engine:weights[:dtype][:kernel][:compile]; dtype defaults to the weights' own
@@ -35,8 +35,8 @@ import time
 
 import torch
 
-from bench import llamacpp_peer
 from bench.loop import generate
+from bench.tools import llamacpp_peer
 from engines import probe
 from engines.load import load
 from groundfloor.clock import Clock

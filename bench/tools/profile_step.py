@@ -1,9 +1,9 @@
 """Where one decoding step goes: the lean engine's forward over new tokens, profiled op by op.
 
-    python -m bench.profile_step                          # embedded model, default kernel
-    python -m bench.profile_step --weights int8 --context 500 --steps 20 --out profile.json
-    python -m bench.profile_step --rows 2                 # a verify forward: 2 new tokens, causal
-    SPECSWEEP_LAYER_CALL=0 python -m bench.profile_step   # op by op (else the forward is one call)
+    python -m bench.tools.profile_step                          # embedded model, default kernel
+    python -m bench.tools.profile_step --weights int8 --context 500 --steps 20 --out profile.json
+    python -m bench.tools.profile_step --rows 2              # a verify forward: 2 new tokens
+    SPECSWEEP_LAYER_CALL=0 python -m bench.tools.profile_step  # op by op (else one call)
 
 One process, nothing else running: the model is loaded, a context of `--context` random tokens
 prefilled, a few warm steps taken outside the measurement, then two measurements of `--steps`

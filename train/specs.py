@@ -1,7 +1,7 @@
 """Training specs: how each drafter turns distillation data into batches, a loss and a file.
 
 A spec exposes `module`, `batches(split, rng)`, `step_loss(batch)` and `save(out)` for
-`bench.train.loop.train`. The held-out split is chosen per training prompt (hash of its id), so
+`train.loop.train`. The held-out split is chosen per training prompt (hash of its id), so
 no prompt contributes to both splits.
 """
 

@@ -1,4 +1,4 @@
-"""Training EAGLE heads on self-distilled data (spec for `bench.train.loop.train`).
+"""Training EAGLE heads on self-distilled data (spec for `train.loop.train`).
 
 A batch is a few whole sequences (prompt + the target's answer) with the target's hidden states.
 Position t's input is (f_t, x_{t+1}); its label is x_{t+2}, scored on answer tokens only.
@@ -32,12 +32,12 @@ import torch
 from torch.nn import functional as F
 from transformers import AutoConfig
 
-from bench.train.specs import SequenceSpec, answer_counts, draft_vocab, frequent_ids
 from drafters import eagle
 from drafters.draftvocab import inverse
 from engines.base import additive
 from groundfloor.errors import UserError
 from groundfloor.models import resolve_path
+from train.specs import SequenceSpec, answer_counts, draft_vocab, frequent_ids
 
 
 def unroll_mask(L: int, j: int, dtype, device) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Self-distillation data: the target answers the training prompts; we keep its token ids.
 
-    python -m bench.train.distill [target=...] [limit=N] [distill.device=cuda]   # build (resumable)
+    python -m train.distill [target=...] [limit=N] [distill.device=cuda]   # build (resumable)
 
 Batches of prompts of similar length are decoded together on the engine layer (engines/:
 the lean forward where supported), left-padded, one token per row per step. A row stops at EOS
@@ -16,7 +16,7 @@ What is kept is small and lasting: per shard of 128 prompts one compressed file 
     turn, temperature, qid, source (R,)         what each record is
 written to `distill.ids_dir` (the repository's artifacts/<model>/data/ for the shipped target,
 so that a build continues on any machine from the committed shards). The hidden states a
-drafter trains on are not stored there: bench/train/states.py recomputes them from the ids by
+drafter trains on are not stored there: train/states.py recomputes them from the ids by
 a teacher-forced forward, only for the layers that drafter needs, into the local cache.
 """
 
@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.table import progress_bar
-from bench.train.states import left_padded, with_states
 from groundfloor.paths import ROOT, cache_root
+from groundfloor.progress import progress_bar
+from train.states import left_padded, with_states
 
 SHARD = 128  # prompts per shard file
 WHAT_KEYS = ("weights", "seed", "extra_benchmarks")  # settings that change the answers
@@ -82,7 +82,7 @@ def decode_batch(
     stats=None,
 ) -> list[dict]:
     """Answers for a batch of prompt id lists; with `layers`, also the decode's own hidden
-    states at every position (bfloat16), which bench/train/states.py must reproduce.
+    states at every position (bfloat16), which train/states.py must reproduce.
 
     Rows are left-padded to the longest prompt; position ids skip the padding and the mask hides
     it, so each row computes what it would alone (up to the batch's float reductions). A row that
@@ -446,14 +446,14 @@ def settings_of(cfg) -> dict:
 
 
 def main() -> None:
-    """`python -m bench.train.distill [key=value ...]`: build the ids of conf/train.yaml."""
+    """`python -m train.distill [key=value ...]`: build the ids of conf/train.yaml."""
     import sys
 
     from hydra import compose, initialize_config_dir
 
-    from bench.config import CONF
-    from bench.train.sources import from_config
     from groundfloor.errors import UserError
+    from groundfloor.paths import CONF
+    from train.sources import from_config
 
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -1,4 +1,4 @@
-"""Train a drafter: `python -m bench.train drafter=medusa [key=value ...]` (Hydra).
+"""Train a drafter: `python -m train drafter=medusa [key=value ...]` (Hydra).
 
 1. self-distillation data (cached): the target answers the training prompts;
 2. training with checkpoints (resumed when present) and a held-out evaluation;
@@ -18,13 +18,13 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from bench.table import progress_bar
 from groundfloor.errors import UserError
+from groundfloor.progress import progress_bar
 
 
 def spec_class(cfg):
-    """The training spec conf/drafter/<name>.yaml names in `_target_` (bench.train.specs,
-    bench.train.eagle_spec): its `needed_layers(cfg)` and `from_config(data, target, cfg)`."""
+    """The training spec conf/drafter/<name>.yaml names in `_target_` (train.specs,
+    train.eagle_spec): its `needed_layers(cfg)` and `from_config(data, target, cfg)`."""
     from hydra.utils import get_class
 
     where = f"drafter={cfg.drafter.name}"
@@ -44,8 +44,8 @@ def needed_layers(cfg) -> list[int]:
 def training_data(cfg, progress=None) -> tuple[list[dict], dict]:
     """(sequences with the hidden states the drafter needs, prompt counts per source): the
     self-distillation data of the config's prompts, built or read from the cache."""
-    from bench.train import distill
-    from bench.train.sources import from_config
+    from train import distill
+    from train.sources import from_config
 
     rows, stats = from_config(cfg)
     data = distill.build(
@@ -63,8 +63,8 @@ def training_data(cfg, progress=None) -> tuple[list[dict], dict]:
 
 def run(cfg: DictConfig) -> None:
 
-    from bench.train import loop
     from groundfloor.models import load_model
+    from train import loop
 
     name = cfg.drafter.name
     spec_cls = spec_class(cfg)
@@ -107,7 +107,7 @@ def run(cfg: DictConfig) -> None:
     print(json.dumps(summary, indent=2))
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="train")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg)
@@ -118,7 +118,7 @@ def main(cfg: DictConfig) -> None:
 
 def check_drafter(argv: list[str]) -> None:
     """One clear line for an unknown drafter, before Hydra's multi-line error."""
-    from bench.config import check_group_values
+    from groundfloor.paths import check_group_values
 
     for arg in argv:
         if arg.startswith("drafter="):
