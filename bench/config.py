@@ -30,7 +30,7 @@ class RunConfig:
     server: Any = None  # backend=server: conf/server/<name>.yaml
     backend: str = "local"  # local: our engines in this process | server: a server the suite starts
     engine: str = "auto"  # backend=local: auto (lean where supported, else hf) | hf | lean
-    k: Any = None  # draft length: an integer, or auto (per round, methods.adaptive); None: method.k
+    k: Any = None  # draft length: an integer, or auto (per round, methods.auto); None: method.k
     drafter_weights: str = (
         "auto"  # learned drafters' layers: auto (int8 where timed faster) | float | int8
     )

@@ -10,7 +10,7 @@ The loop owns the stopping rule, the token count and the clock:
       verify — method.verify  → one target forward over the proposal
       other  — method.accept  → accepted tokens (+ target cache rollback)
       draft  — method.observe → the drafter reads the verify (features, tables, its cache);
-               method.learn → k=auto's rates (methods.adaptive)
+               method.learn → k=auto's rates (methods.auto)
       other  — truncation, EOS check, append
 Whatever a method does for its drafter is timed as draft, wherever in the round it runs.
     then method.finish, untimed (the turn's output is final)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from bench import acceptance
 from bench.answers import answer_turns
-from methods.adaptive import step_rounds
+from bench.turn import step_rounds
 
 KEYS = ["task", "category", "method", "k", "temperature", "device", "engine", "weights", "dtype"]
 UNIT = ["task", "prompt_id", "turn"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from bench import distcheck, lifecycle
+from bench import distcheck, lifecycle, turn
 from bench import records as rec
 from bench.answers import answer_text, recount, write_answers
 from bench.interference import Band, LoadProbe, Rules, measure
@@ -28,7 +28,6 @@ from groundfloor.errors import UserError
 from groundfloor.models import load_generation_config, load_tokenizer, resolve_device
 from groundfloor.prompting import encode, eos_ids, seed_for
 from groundfloor.sampling import SamplingParams
-from methods import adaptive
 from methods.registry import Context, build_method
 from tasks.prompt import Prompt
 
@@ -139,10 +138,10 @@ class Runner:
             return self.cost_curve, (0.0, 0.0, 0.0)
         if not warm["method"]:
             self.warm_pass(warm)
-        step_s, round_s = adaptive.draft_costs(warm["method"])
-        s_b = adaptive.base_step(warm["baseline"])
+        step_s, round_s = turn.draft_costs(warm["method"])
+        s_b = turn.base_step(warm["baseline"])
         curve = probe.anchored(self.cost_curve, s_b)
-        return curve, (step_s, round_s, adaptive.step_overhead(s_b, curve))
+        return curve, (step_s, round_s, turn.step_overhead(s_b, curve))
 
     def check_no_recompile(self, where: str) -> None:
         """A compiled engine must not compile inside the clock: that time would be counted."""

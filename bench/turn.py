@@ -40,3 +40,64 @@ def bump(counts: list[int], upto: int) -> None:
         counts.extend([0] * (upto - len(counts)))
     for i in range(upto):
         counts[i] += 1
+
+
+# What the run's warm-up turns say k=auto's costs are (bench.runner calibrates with them).
+
+
+def base_step(turns) -> float | None:
+    """s_b: the baseline's seconds per decoded token (after the first) on warm-up TurnResults."""
+    decoded = sum(max(len(t.output_ids) - 1, 0) for t in turns)
+    if not decoded:
+        return None
+    return sum((t.times_ns["wall"] - t.times_ns.get("ttft", 0)) / 1e9 for t in turns) / decoded
+
+
+def step_overhead(step: float | None, curve: dict) -> float:
+    """o: what the baseline's step s_b costs beyond c(1)."""
+    return max(step - curve[min(curve)], 0.0) if step and curve else 0.0
+
+
+def step_rounds(times, steps) -> tuple[float, int, float, int]:
+    """One turn's per-round drafting times and drafter steps → (time, steps) of its steady rounds
+    (after a drafted round), then (time, steps) of its drafted rounds after plain ones (a turn's
+    first round excluded), whose time includes the drafter's catch-up on the plain tokens."""
+    t = n = late_t = late_n = 0
+    for i in range(1, min(len(times), len(steps))):
+        if steps[i] and steps[i - 1]:
+            t, n = t + times[i], n + steps[i]
+        elif steps[i]:
+            late_t, late_n = late_t + times[i], late_n + steps[i]
+    return t, n, late_t, late_n
+
+
+def draft_costs(turns) -> tuple[float, float]:
+    """(seconds per drafter step, seconds per round outside them) from warm-up TurnResults'
+    steady rounds. A learned drafter: the drafting time of its rounds that follow a drafted round
+    over their steps (a turn's first round, or one after plain rounds, first catches the drafter
+    up on the prompt or the run of plain tokens: paid whatever k, and the prompt once per turn,
+    so it is no step's cost); a lookup: its rounds' drafting time over their count. The
+    drafter's prefill (its own span) is left out too. Warm-up turns without a steady round (a
+    drafter that drafted only after plain rounds) read those rounds, catch-up included: an upper
+    bound of a step, where the turns' totals would charge the prompt's catch-up to a few steps
+    and switch the drafter off for good. Turns without per-round times (a whole-turn
+    generate()) fall back to their totals."""
+    ns = steps = rounds = late_ns = late_steps = 0
+    for t in turns:
+        if any(t.round_steps):
+            a, b, c, d = step_rounds(t.round_draft_ns, t.round_steps)
+            ns, steps, late_ns, late_steps = ns + a, steps + b, late_ns + c, late_steps + d
+        else:  # a lookup
+            times = t.round_draft_ns[: len(t.round_steps)]
+            ns, rounds = ns + sum(times), rounds + len(times)
+    if steps:
+        return ns / 1e9 / steps, 0.0
+    if late_steps:
+        return late_ns / 1e9 / late_steps, 0.0
+    if rounds:
+        return 0.0, ns / 1e9 / rounds
+    draft = sum(t.times_ns.get("draft", 0) for t in turns) / 1e9
+    total_steps = sum(t.draft_steps for t in turns)
+    if total_steps:
+        return draft / total_steps, 0.0
+    return 0.0, draft / max(sum(max(t.target_forwards - 1, 0) for t in turns), 1)

@@ -22,7 +22,8 @@ from groundfloor.sampling import accept_chain, accept_greedy, next_token, probs
 from groundfloor.state import DecodeState
 from groundfloor.tree import Tree, TreeLayout
 from groundfloor.tree import accept as accept_tree
-from methods import adaptive, budget
+from methods import auto, budget
+from methods.auto import PRIOR
 from methods.treeverify import keep_path, verify_tree
 
 
@@ -33,7 +34,7 @@ class Proposal:
     tokens: torch.Tensor  # (m,) long
     q: torch.Tensor | None = None  # (m, V) draft probabilities at T > 0; None: point masses
     steps: int = 0  # sequential drafter forwards that made it (0: a lookup, no learned drafter)
-    # k=auto (methods.adaptive): what the policy chose and what it learns from after the verify
+    # k=auto (methods.auto): what the policy chose and what it learns from after the verify
     chosen: int | None = None  # draft length (chain) or nodes (tree) chosen; None: fixed k
     bucket: object = None  # the context the rates are kept for (n-gram methods: match length)
     confs: list | None = None  # a learned drafter's top probability before each drafted token
@@ -71,7 +72,7 @@ class Method:
     name = "base"
     baseline = "ar"  # the method the run interleaves as its baseline (conf/method/<baseline>)
     lossless = True  # False: an accept rule that may change the output (Medusa's typical)
-    auto = None  # k=auto: the methods.adaptive policy choosing each round's draft size
+    auto = None  # k=auto: the methods.auto policy choosing each round's draft size
 
     def __init__(self, cfg, ctx):
         """cfg: this method's config node; ctx: methods.registry.Context (target engine, tokenizer,
@@ -102,12 +103,12 @@ class Method:
         )
         return m
 
-    def chain_k(self, steps_per_token: int = 0, prior=adaptive.PRIOR) -> int:
+    def chain_k(self, steps_per_token: int = 0, prior=PRIOR) -> int:
         """The draft length of a chain method: k (top-level or the method's own), >= 1; with
         k=auto the longest a round may draft, and `self.auto` chooses per round."""
         k = self.ctx.k(self.cfg)
-        if k == adaptive.AUTO:
-            self.auto = adaptive.Chooser(self.max_k(), steps_per_token, prior)
+        if k == auto.AUTO:
+            self.auto = auto.Chooser(self.max_k(), steps_per_token, prior)
             self.auto.calibrate(budget.provisional(self.target))
             return self.auto.max_k
         self.need(

@@ -18,7 +18,7 @@ from drafters import draftmodel, weights
 from groundfloor.errors import UserError
 from groundfloor.models import check_same_vocab, load_tokenizer, resolve_path
 from groundfloor.sampling import probs, sample
-from methods import adaptive
+from methods import auto
 from methods.base import Method, Proposal
 
 
@@ -34,7 +34,7 @@ class Draft(Method):
             )
         local = Path(resolve_path(str(path)))
         # k=auto: one draft forward per token; its rates start from the training summary's
-        self.k = self.chain_k(steps_per_token=1, prior=adaptive.trained_prior(local))
+        self.k = self.chain_k(steps_per_token=1, prior=auto.trained_prior(local))
         self.weights = "float"
         if draftmodel.is_distilled(local):  # our distilled format: shares the target's embeddings
             if ctx.target.name == "lean":  # its layers in int8 where that pays (drafters.weights)

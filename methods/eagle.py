@@ -34,7 +34,7 @@ from engines.base import tree_mask
 from groundfloor.errors import UserError
 from groundfloor.models import local_dir
 from groundfloor.tree import TreeLayout
-from methods import adaptive, budget, knobs
+from methods import auto, budget, knobs
 from methods.base import TreeMethod, TreeProposal
 
 
@@ -131,9 +131,9 @@ class Eagle(TreeMethod):
         vocab = self.head.restrict(frequent, draft_vocab)
         self.feat_dtype = ctx.dtype  # the head's activations (its layers may run int8)
         k = ctx.k(cfg)
-        if k == adaptive.AUTO:  # depth and node budget chosen per round (methods.adaptive)
+        if k == auto.AUTO:  # depth and node budget chosen per round (methods.auto)
             self.depth = self.max_k()
-            self.auto = adaptive.TreeChooser(budget.MAX_NODES, self.depth)
+            self.auto = auto.TreeChooser(budget.MAX_NODES, self.depth)
             self.auto.calibrate(budget.provisional(ctx.target))
         else:
             self.depth = 6 if k is None else int(k)
@@ -342,7 +342,7 @@ class Eagle(TreeMethod):
         frontier's calibrated reach bounds what its children add: their probabilities sum to
         at most 1), each time only the frontier nodes whose children could raise it, then
         verify the n best nodes, n maximising (1 + Σ ŝ)/T(n)
-        (methods.adaptive.TreeChooser). Every node's ŝ comes from the draft alone."""
+        (methods.auto.TreeChooser). Every node's ŝ comes from the draft alone."""
         head, cache, auto = self.head, state.aux["head_cache"], self.auto
         dev = state.ids.device
         if auto.skip():  # a plain round; the head reads the pending features next time

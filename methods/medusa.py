@@ -24,7 +24,7 @@ from groundfloor.errors import UserError
 from groundfloor.models import local_dir
 from groundfloor.sampling import probs
 from groundfloor.tree import TreeLayout
-from methods import adaptive, budget, knobs, static_trees
+from methods import auto, budget, knobs, static_trees
 from methods.base import TreeMethod, TreeProposal
 
 
@@ -47,8 +47,8 @@ class Medusa(TreeMethod):
         super().__init__(cfg, ctx)
         kn = knobs.read(cfg, MedusaKnobs)
         k, size, acc = ctx.k(cfg), kn.tree_size, kn.acceptance
-        auto = k == adaptive.AUTO  # the whole tree, pruned per round from its nodes' rates
-        k = None if auto else k
+        pruned = k == auto.AUTO  # the whole tree, pruned per round from its nodes' rates
+        k = None if pruned else k
         self.need(
             k is None or k >= 1, "k", k, "use an integer >= 1 (tree depth) or null (every head)"
         )
@@ -94,8 +94,8 @@ class Medusa(TreeMethod):
         self.node_rank = torch.tensor([p[-1] for p in order], device=ctx.device)
         self.topk = int(self.node_rank.max()) + 1
         self.depth = self.layout.max_depth
-        if auto:
-            self.auto = adaptive.NodeRates(self.layout.parents, budget.MAX_NODES)
+        if pruned:
+            self.auto = auto.NodeRates(self.layout.parents, budget.MAX_NODES)
             self.auto.calibrate(budget.provisional(ctx.target))
         self.lm_head = ctx.target.output_weight()
         # heads sharing the target's output layer may score only the most frequent tokens
@@ -161,7 +161,7 @@ class Medusa(TreeMethod):
         if self.auto is None:
             return TreeProposal(tokens=tokens, layout=self.layout, steps=1)
         keep = self.auto.choose(steps=1)
-        layout = TreeLayout.from_parents(adaptive.subtree(self.layout.parents, keep))
+        layout = TreeLayout.from_parents(auto.subtree(self.layout.parents, keep))
         return TreeProposal(
             tokens=tokens[keep], layout=layout, steps=1, chosen=len(keep), nodes=keep
         )

@@ -3,7 +3,7 @@
 Find the most recent earlier occurrence of the last n committed tokens (n from max_n down to
 min_n) in prompt + output, and propose the up-to-k tokens that followed it. The draft is a point
 mass, so at T > 0 the accept rule is "accept x with probability p(x)".
-With k=auto (methods.adaptive) each round proposes the length that maximises expected tokens
+With k=auto (methods.auto) each round proposes the length that maximises expected tokens
 per second from the run's cost curve and the acceptance by depth measured for matches of the
 same length n, at most max_k; none when no length pays.
 Knobs: k (tokens proposed, or auto), max_k (auto's longest), min_n, max_n (n-gram window).

@@ -30,7 +30,7 @@ import torch
 
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
-from methods import adaptive, budget, knobs, static_trees
+from methods import auto, budget, knobs, static_trees
 from methods.base import TreeMethod, TreeProposal
 
 SNAPSHOTS = 8  # prompts whose starting matrix is remembered (they repeat back to back)
@@ -50,8 +50,8 @@ class Recycling(TreeMethod):
         kn = knobs.read(cfg, RecyclingKnobs)
         tree = kn.tree
         depth = ctx.k(cfg)
-        auto = depth == adaptive.AUTO  # the whole tree, pruned per round from its nodes' rates
-        depth = None if auto else depth
+        pruned = depth == auto.AUTO  # the whole tree, pruned per round from its nodes' rates
+        depth = None if pruned else depth
         if isinstance(tree, str) and tree not in static_trees.TREES:
             raise UserError(
                 f"method.tree={tree!r} is unknown; choose one of: "
@@ -75,8 +75,8 @@ class Recycling(TreeMethod):
             idx = torch.tensor([i for i, p in enumerate(order) if len(p) == d], device=dev)
             self.levels.append((idx, self.parent[idx]))
         self.hot_start = kn.hot_start
-        if auto:
-            self.auto = adaptive.NodeRates(self.layout.parents, budget.MAX_NODES)
+        if pruned:
+            self.auto = auto.NodeRates(self.layout.parents, budget.MAX_NODES)
             self.auto.calibrate(budget.provisional(ctx.target))
         self.adj = torch.full((ctx.target.vocab_size, self.width), -1, dtype=torch.long, device=dev)
         self.snapshots: OrderedDict[tuple, torch.Tensor] = OrderedDict()
@@ -125,7 +125,7 @@ class Recycling(TreeMethod):
         kept = keep.nonzero().flatten().tolist()  # prefix-closed: a dropped parent drops its kids
         if self.auto is not None:
             kept = self.auto.choose(steps=0, allowed=kept)
-        parents = adaptive.subtree(self.layout.parents, kept)
+        parents = auto.subtree(self.layout.parents, kept)
         return TreeProposal(
             tokens=tok[kept],
             layout=TreeLayout.from_parents(parents),

@@ -37,7 +37,7 @@ class Context:
     def k(self, method_cfg) -> int | str | None:
         """The draft length: top-level `k` when given, else the method's own default (which a
         tree method may leave None: its tree's own depth); "auto": chosen per round
-        (methods.adaptive)."""
+        (methods.auto)."""
         k = self.k_override if self.k_override is not None else method_cfg.get("k")
         if k is None or k == "auto":
             return k

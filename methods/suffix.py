@@ -31,7 +31,7 @@ C++20 compiler, CMake, nanobind, grpcio-tools, a pinned protobuf and its own tor
 environment (7 minutes on 2 cores with a local torch wheel; a multi-GB CUDA torch otherwise),
 so specsweep carries its own index, tested against a brute-force counter
 (tests/test_suffix_index.py).
-With k=auto (methods.adaptive) a round verifies the n most probable nodes of the best draft
+With k=auto (methods.auto) a round verifies the n most probable nodes of the best draft
 (at most max_k), their probabilities calibrated by depth on the run's accepted paths, n
 maximising expected tokens per second on the run's cost curve; none when no size pays.
 Knobs: k (or auto), max_k, shape (chain | tree), max_depth, max_spec_factor, max_spec_offset,
@@ -49,7 +49,7 @@ import torch
 from drafters.suffix_automaton import SuffixAutomaton
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
-from methods import adaptive, budget, knobs
+from methods import auto, budget, knobs
 from methods.base import TreeMethod, TreeProposal
 
 SHAPES = ("chain", "tree")
@@ -196,9 +196,9 @@ class Suffix(TreeMethod):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         kn = knobs.read(cfg, SuffixKnobs)
-        if ctx.k(cfg) == adaptive.AUTO:  # the node count chosen per round from the scores
+        if ctx.k(cfg) == auto.AUTO:  # the node count chosen per round from the scores
             self.k = self.max_k()
-            self.auto = adaptive.TreeChooser(self.k, kn.max_depth)
+            self.auto = auto.TreeChooser(self.k, kn.max_depth)
             self.auto.calibrate(budget.provisional(ctx.target))
         else:
             self.k = int(ctx.k(cfg) or 0)
@@ -286,11 +286,11 @@ class Suffix(TreeMethod):
 
     def _auto(self, best: Draft, device) -> TreeProposal:
         """k=auto: the n best nodes by calibrated probability, n maximising (1 + Σ ŝ)/T(n)."""
-        est = self.auto.calibrated(best.probs, best.parents, adaptive.depths_of(best.parents))
+        est = self.auto.calibrated(best.probs, best.parents, auto.depths_of(best.parents))
         order = self.auto.order(est)
         n = self.auto.size([est[i] for i in order], 0)
         keep = sorted(order[:n])
-        parents = adaptive.subtree(best.parents, keep)
+        parents = auto.subtree(best.parents, keep)
         tokens = torch.tensor([best.tokens[j] for j in keep], dtype=torch.long, device=device)
         return TreeProposal(
             tokens=tokens,

@@ -1,4 +1,4 @@
-"""k=auto (methods.adaptive): the per-round draft size from the cost curve and running rates, exact
+"""k=auto (methods.auto): the per-round draft size from the cost curve and running rates, exact
 at T = 0 for every method that has it, lossless at T = 1, and recorded per round."""
 
 from __future__ import annotations
@@ -9,27 +9,28 @@ import pytest
 from conftest import compose, tiny_llama
 from helpers import eagle_method, make_ctx, method, prompts, run, save_head
 
+from bench import turn
 from bench.runner import execute
-from methods import adaptive
+from methods import auto
 
 CPU = {1: 0.010, 2: 0.0116, 4: 0.0139, 8: 0.0218, 16: 0.0377, 64: 0.142}  # a 2-core curve
 FLAT = {1: 0.010, 2: 0.010, 4: 0.010, 8: 0.0102, 16: 0.0105, 64: 0.012}  # a GPU's
 
 
 def chooser(curve, alpha, max_k=16, steps=0, step_s=0.0, round_s=0.0):
-    ch = adaptive.Chooser(max_k, steps, prior=alpha)
+    ch = auto.Chooser(max_k, steps, prior=alpha)
     ch.calibrate(curve, step_s, round_s)
     return ch
 
 
 def test_costs_interpolate_between_and_past_the_timed_sizes():
-    c = adaptive.Costs(CPU)
+    c = auto.Costs(CPU)
     assert c.verify(1) == pytest.approx(0.010)
     assert c.verify(3) == pytest.approx((0.0116 + 0.0139) / 2)
     assert c.verify(32) == pytest.approx(0.0377 + (0.142 - 0.0377) * 16 / 48)
     assert c.verify(80) > c.verify(64)
     assert c.round(4, 4) == pytest.approx(c.verify(5))
-    assert adaptive.Costs(CPU, step_s=0.002, round_s=0.001).round(4, 4) == pytest.approx(
+    assert auto.Costs(CPU, step_s=0.002, round_s=0.001).round(4, 4) == pytest.approx(
         c.verify(5) + 4 * 0.002 + 0.001
     )
 
@@ -49,14 +50,14 @@ def test_the_length_follows_acceptance_and_the_curve():
 
 def test_the_choice_is_the_argmax_of_expected_tokens_per_second():
     alphas = [0.8, 0.7, 0.5, 0.3, 0.1, 0.1]
-    costs = adaptive.Costs(CPU, step_s=0.001)
-    rates = [adaptive.expected(alphas, k) / costs.round(k, k) for k in range(len(alphas) + 1)]
-    assert adaptive.best_chain(alphas, costs, len(alphas), 1) == rates.index(max(rates))
-    assert adaptive.expected(alphas, 2) == pytest.approx(1 + 0.8 + 0.8 * 0.7)
+    costs = auto.Costs(CPU, step_s=0.001)
+    rates = [auto.expected(alphas, k) / costs.round(k, k) for k in range(len(alphas) + 1)]
+    assert auto.best_chain(alphas, costs, len(alphas), 1) == rates.index(max(rates))
+    assert auto.expected(alphas, 2) == pytest.approx(1 + 0.8 + 0.8 * 0.7)
 
 
 def test_depth_rates_are_conditional_and_kept_per_bucket():
-    d = adaptive.Depths(4, prior=0.5)
+    d = auto.Depths(4, prior=0.5)
     for _ in range(200):  # matches of length 3: the first two accepted, the third rejected
         d.record(3, drafted=4, accepted=2)
     for _ in range(200):  # matches of length 1: the first rejected
@@ -70,7 +71,7 @@ def test_depth_rates_are_conditional_and_kept_per_bucket():
 
 
 def test_rates_follow_the_recent_rounds():
-    d = adaptive.Depths(2, prior=0.5)
+    d = auto.Depths(2, prior=0.5)
     for _ in range(300):
         d.record(None, drafted=2, accepted=2)
     assert d.alphas()[0] > 0.95
@@ -80,9 +81,9 @@ def test_rates_follow_the_recent_rounds():
 
 
 def test_a_learned_tree_drafter_skips_rounds_that_do_not_pay():
-    g = adaptive.Gain()
+    g = auto.Gain()
     assert not g.skip()  # optimistic at first: it drafts
-    costs = adaptive.Costs(CPU, step_s=0.004)
+    costs = auto.Costs(CPU, step_s=0.004)
 
     def round_(n, steps, accepted):
         g.note(n, steps, costs)
@@ -91,12 +92,12 @@ def test_a_learned_tree_drafter_skips_rounds_that_do_not_pay():
     for _ in range(20):  # rounds that verify 2 nodes after 3 steps and yield nothing drafted
         round_(2, 3, 0)
     assert g.gain < 1
-    plain = [g.skip() for _ in range(adaptive.PROBE_EVERY + 1)]
-    assert plain[: adaptive.PROBE_EVERY] == [True] * adaptive.PROBE_EVERY
-    assert plain[adaptive.PROBE_EVERY] is False  # a probe drafts, and measures again
+    plain = [g.skip() for _ in range(auto.PROBE_EVERY + 1)]
+    assert plain[: auto.PROBE_EVERY] == [True] * auto.PROBE_EVERY
+    assert plain[auto.PROBE_EVERY] is False  # a probe drafts, and measures again
     round_(1, 1, 0)  # the probe did not pay: the next one waits twice as long
-    plain = [g.skip() for _ in range(2 * adaptive.PROBE_EVERY + 1)]
-    assert plain == [True] * (2 * adaptive.PROBE_EVERY) + [False]
+    plain = [g.skip() for _ in range(2 * auto.PROBE_EVERY + 1)]
+    assert plain == [True] * (2 * auto.PROBE_EVERY) + [False]
     round_(3, 1, 3)  # this probe pays: its gain replaces the stale mean
     assert g.gain > 1
     assert not g.skip()
@@ -106,7 +107,7 @@ def test_a_learned_tree_drafter_skips_rounds_that_do_not_pay():
 
 def test_the_skip_reads_realized_tokens_not_the_estimates():
     """A drafter whose estimates promise much but whose rounds yield nothing switches off."""
-    tc = adaptive.TreeChooser(max_nodes=8, max_depth=4)
+    tc = auto.TreeChooser(max_nodes=8, max_depth=4)
     tc.calibrate(CPU, step_s=0.003)
 
     class P:
@@ -128,23 +129,23 @@ def test_a_run_of_plain_rounds_probes_again_ever_less_often():
     for _ in range(200):
         ks.append(ch.length())
         ch.record(None, ks[-1], 0)
-    assert ks[: adaptive.PROBE_EVERY] == [0] * adaptive.PROBE_EVERY
+    assert ks[: auto.PROBE_EVERY] == [0] * auto.PROBE_EVERY
     probes = [i for i, k in enumerate(ks) if k]
     waits = [b - a - 1 for a, b in zip([-1] + probes, probes)]
-    e, m = adaptive.PROBE_EVERY, adaptive.PROBE_MAX
+    e, m = auto.PROBE_EVERY, auto.PROBE_MAX
     assert waits[:4] == [e, 2 * e, min(4 * e, m), min(8 * e, m)]  # each failed probe doubles it
     assert max(waits) == m
 
 
 def test_a_round_that_drafts_on_its_merits_resets_the_probe_wait():
-    p = adaptive.Probes()
+    p = auto.Probes()
     for _ in range(3):  # three failed probes: the wait has grown
         while not p.due():
             p.plain()
         p.drafted(merit=False)
-    assert p.wait == min(8 * adaptive.PROBE_EVERY, adaptive.PROBE_MAX)
+    assert p.wait == min(8 * auto.PROBE_EVERY, auto.PROBE_MAX)
     p.drafted(merit=True)
-    assert p.wait == adaptive.PROBE_EVERY
+    assert p.wait == auto.PROBE_EVERY
 
 
 def test_draft_costs_read_the_steady_rounds():
@@ -161,14 +162,14 @@ def test_draft_costs_read_the_steady_rounds():
         draft_steps=6,
         round_draft_ns=[40 * ms, 4 * ms, 0, 0, 12 * ms],
     )
-    step, per_round = adaptive.draft_costs([learned])
+    step, per_round = turn.draft_costs([learned])
     assert step == pytest.approx(0.002) and per_round == 0.0  # 4 ms over round 1's 2 steps
     lookup = TurnResult(
         [], 10, {"draft": 9 * ms}, 4, round_steps=[0, 0, 0], round_draft_ns=[1 * ms, 2 * ms, 3 * ms]
     )
-    assert adaptive.draft_costs([lookup]) == (0.0, pytest.approx(0.002))
+    assert turn.draft_costs([lookup]) == (0.0, pytest.approx(0.002))
     whole = TurnResult([], 10, {"draft": 8 * ms}, 5, draft_steps=4)  # no per-round times
-    assert adaptive.draft_costs([whole]) == (pytest.approx(0.002), 0.0)
+    assert turn.draft_costs([whole]) == (pytest.approx(0.002), 0.0)
     # no steady round (each drafted round follows plain ones): those rounds, their catch-up
     # included, never the turn's totals with the prompt's catch-up (40 ms over 1 step)
     sparse = TurnResult(
@@ -180,7 +181,7 @@ def test_draft_costs_read_the_steady_rounds():
         draft_steps=3,
         round_draft_ns=[40 * ms, 0, 0, 3 * ms, 0, 5 * ms],
     )
-    assert adaptive.draft_costs([sparse]) == (pytest.approx(0.004), 0.0)
+    assert turn.draft_costs([sparse]) == (pytest.approx(0.004), 0.0)
 
 
 def test_a_turn_records_each_rounds_drafting_time(target, tmp_path):
@@ -207,7 +208,7 @@ def test_confidence_stops_a_draft_that_cannot_pay():
 
 
 def test_tree_size_reads_the_scores_and_calibration():
-    t = adaptive.TreeChooser(63, 10)
+    t = auto.TreeChooser(63, 10)
     t.calibrate(CPU)
     assert t.size([0.01] * 20, 0) == 0
     n = t.size([0.9, 0.8, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02], 0)
@@ -225,7 +226,7 @@ def test_tree_size_reads_the_scores_and_calibration():
 
 def test_node_rates_prune_a_fixed_tree_to_what_is_accepted():
     parents = [-1, -1, 0, 0, 2]
-    nr = adaptive.NodeRates(parents, 63)
+    nr = auto.NodeRates(parents, 63)
     nr.calibrate(CPU)
 
     class P:
@@ -239,7 +240,7 @@ def test_node_rates_prune_a_fixed_tree_to_what_is_accepted():
         nr.learn(P, A)
     keep = nr.choose(steps=0)
     assert keep[:3] == [0, 2, 4] and 1 not in keep and 3 not in keep
-    assert adaptive.subtree(parents, [0, 2, 4]) == [-1, 0, 1]
+    assert auto.subtree(parents, [0, 2, 4]) == [-1, 0, 1]
 
 
 # --- every method with k=auto reproduces the baseline at T = 0 ------------------------------

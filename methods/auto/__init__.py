@@ -1,0 +1,54 @@
+"""`k=auto`: each round drafts the length (or tree size) that maximises expected tokens per second.
+
+A round that drafts k tokens and verifies them in one target forward costs
+
+    T(k) = c(k + 1) + s(k)·d + r          (T(0) = c(1) + r: a plain decoding step)
+
+c: the run's cost curve (engines.probe, timed after warm-up; linear between the sizes it timed),
+d: the drafter's cost per sequential step, s(k): its steps for k tokens (a draft model: k, a lookup:
+0), r: the drafting work paid every round whatever k (a lookup, a head's catch-up). d and r are
+measured on the run's warm-up turns' steady rounds (`draft_costs`), never assumed. The round emits
+
+    E(k) = 1 + Σ_{i=1..k} Π_{j=1..i} α_j
+
+tokens in expectation, α_j the conditional acceptance at depth j (x_j accepted given x_1..x_{j−1}
+were), kept per context bucket (n-gram methods: the match length) from the run's own rounds,
+shrunk towards the pooled rate and a prior while a bucket has few rounds, every count fading by
+DECAY per round so the rates follow the text at hand. The round drafts
+k* = argmax_{0 ≤ k ≤ max_k} E(k)/T(k); k* = 0 is a plain step. A run that stays at 0 for
+`PROBE_EVERY` rounds drafts k* over k ≥ 1 once, so its rates keep being measured; each probe
+that leaves speculation off doubles the wait before the next (up to PROBE_MAX), so a drafter that
+does not pay on the text at hand costs ever less, and a round that drafts on its merits resets it.
+
+Trees score nodes instead: a node's reach probability ŝ (its path's draft probability, times a
+per-depth calibration λ_depth fitted from the accepted paths), and the round keeps the n best
+(a prefix-closed choice) maximising (1 + Σ ŝ)/T(n). Learned drafters stop extending early when the
+next step's expected gain (its reach times its calibrated confidence) cannot raise E/T, and a tree
+drafter skips drafting (a plain round) while its recent rounds' realized gain (the tokens they
+yielded per modelled second) is below a plain step's, drafting again after PROBE_EVERY such
+rounds (the same doubling wait), a probe's gain replacing the stale running mean.
+
+The choice for a round reads only earlier rounds and this round's draft, never the target's
+verdict on it, so every accept rule stays lossless (tests/test_adaptive.py checks the law at T=1).
+"""
+
+from methods.auto.chain import Chooser, best_chain, expected
+from methods.auto.costs import AUTO, Costs, Policy
+from methods.auto.rates import (
+    PRIOR,
+    PROBE_EVERY,
+    PROBE_MAX,
+    Confidence,
+    Depths,
+    Probes,
+    depths_of,
+    fade,
+    trained_prior,
+)
+from methods.auto.tree import Gain, NodeRates, TreeChooser, best_prefix, subtree
+
+__all__ = [
+    "AUTO", "PRIOR", "PROBE_EVERY", "PROBE_MAX", "Chooser", "Confidence", "Costs", "Depths", "Gain",
+    "NodeRates", "Policy", "Probes", "TreeChooser", "best_chain", "best_prefix", "depths_of",
+    "expected", "fade", "subtree", "trained_prior",
+]  # fmt: skip

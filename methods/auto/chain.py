@@ -1,0 +1,101 @@
+"""k=auto for a chain: E(k) = 1 + Σ Π α_j tokens for T(k) seconds, k* = argmax E(k)/T(k)."""
+
+from __future__ import annotations
+
+from methods.auto.costs import Costs, Policy
+from methods.auto.rates import Confidence, Depths, Probes
+
+
+def expected(alphas: list[float], k: int) -> float:
+    """E(k) = 1 + Σ_{i≤k} Π_{j≤i} α_j."""
+    e, reach = 1.0, 1.0
+    for a in alphas[:k]:
+        reach *= a
+        e += reach
+    return e
+
+
+def best_chain(alphas: list[float], costs: Costs, max_k: int, steps_per_token: int) -> int:
+    """k* = argmax_{0≤k≤max_k} E(k)/T(k) (ties: the shorter)."""
+    best_k, best = 0, 1.0 / costs.round(0, 0)
+    e, reach = 1.0, 1.0
+    for k in range(1, max_k + 1):
+        reach *= alphas[k - 1]
+        e += reach
+        rate = e / costs.round(k, k * steps_per_token)
+        if rate > best * (1 + 1e-9):
+            best_k, best = k, rate
+    return best_k
+
+
+class Chooser(Policy):
+    """One method's k=auto state: its costs, rates and the lengths it chose.
+
+    ch = Chooser(max_k=8, steps_per_token=0)       # a lookup method
+    ch.calibrate(curve, step_s, round_s)           # the run's warm curve and drafter cost
+    k = ch.length(bucket)                          # before drafting
+    ch.record(bucket, drafted, accepted)           # after the verify
+    """
+
+    def __init__(self, max_k: int, steps_per_token: int, prior: list[float] | float = 0.5):
+        self.max_k, self.steps_per_token = max_k, steps_per_token
+        self.depths = Depths(max_k, prior)
+        self.conf = Confidence()
+        self.prior = prior
+        self.probes, self.probing = Probes(), False
+
+    def reset(self) -> None:
+        """Forget the rates (after warm-up: the measured turns start from the prior)."""
+        self.depths = Depths(self.depths.max_k, self.prior)
+        self.conf = Confidence()
+        self.probes, self.probing = Probes(), False
+
+    def length(self, bucket=None, cap: int | None = None) -> int:
+        """The draft length for this round (0: draft nothing); `cap`: tokens available."""
+        top = self.max_k if cap is None else min(cap, self.max_k)
+        self.probing = False
+        if top <= 0:
+            return 0
+        a = self.depths.alphas(bucket)
+        s = self.steps_per_token
+        k = best_chain(a, self.costs, top, s)
+        if k == 0 and self.probes.due():  # measure again: the best k ≥ 1
+            rates = [expected(a, j) / self.costs.round(j, j * s) for j in range(1, top + 1)]
+            k, self.probing = 1 + rates.index(max(rates)), True
+        return k
+
+    def keep_going(self, e: float, reach: float, drafted: int, conf: float) -> bool:
+        """Early stop: does drafting token `drafted + 1`, whose drafter top probability is
+        `conf` (read before the token is drawn), raise E/T? e: the expected tokens of the
+        `drafted` so far, reach: their joint acceptance estimate. A probing round drafts its
+        first token whatever the confidence."""
+        if self.probing and drafted == 0:
+            return True
+        c, s = self.costs, self.steps_per_token
+        now = e / c.round(drafted, drafted * s)
+        nxt = (e + reach * self.rate(conf, drafted)) / c.round(drafted + 1, (drafted + 1) * s)
+        return nxt > now
+
+    def rate(self, conf: float, drafted: int) -> float:
+        """Acceptance of the next token: its confidence bin's measured rate, shrunk towards
+        the running rate at its depth."""
+        return self.conf.rate(conf, self.depths.alphas()[min(drafted, self.max_k - 1)])
+
+    def learn(self, proposal, acc) -> None:
+        self.record(proposal.bucket, acc.drafted, acc.n_draft_accepted, proposal.confs)
+
+    def record(self, bucket, drafted: int, accepted: int, confs: list[float] | None = None):
+        if not drafted:
+            self.probes.plain()
+            return
+        self.probes.drafted(merit=not self.probing)
+        self.depths.record(bucket, drafted, accepted)
+        if confs:
+            self.conf.record(confs, accepted)
+
+    def summary(self) -> dict:
+        return {
+            "max_k": self.max_k,
+            **self.cost_summary(),
+            "alpha": [round(a, 3) for a in self.depths.alphas()],
+        }

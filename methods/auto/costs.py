@@ -1,0 +1,52 @@
+"""k=auto's cost model: T(k) = c(k + 1) + s(k)·d + r (methods/auto/__init__.py), and what every
+policy shares: the run's costs, set by `calibrate`, and their summary."""
+
+from __future__ import annotations
+
+import bisect
+
+AUTO = "auto"  # the value of k that turns the policy on
+
+
+class Costs:
+    """c(q) from a timed curve {q: seconds}, with the drafter's measured costs."""
+
+    def __init__(
+        self, curve: dict, step_s: float = 0.0, round_s: float = 0.0, overhead_s: float = 0.0
+    ):
+        self.q = sorted(curve)
+        self.c = [float(curve[q]) for q in self.q]
+        self.step_s, self.round_s = float(step_s), float(round_s)
+        self.overhead_s = max(float(overhead_s), 0.0)
+
+    def verify(self, q: int) -> float:
+        """Seconds of one target forward over q tokens, linear between timed sizes (and past
+        the largest, along its last segment)."""
+        xs, ys = self.q, self.c
+        if len(xs) == 1:
+            return ys[0] * q / xs[0]
+        i = min(max(bisect.bisect_left(xs, q), 1), len(xs) - 1)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return max(y0 + (y1 - y0) * (q - x0) / (x1 - x0), ys[0] * 0.5)
+
+    def round(self, tokens: int, steps: int) -> float:
+        """T: a round verifying `tokens` drafted tokens made in `steps` drafter steps."""
+        return self.verify(tokens + 1) + steps * self.step_s + self.round_s + self.overhead_s
+
+
+class Policy:
+    """What every k=auto policy shares: the run's costs, set by `calibrate`, and their summary."""
+
+    costs: Costs | None = None
+
+    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
+        self.costs = Costs(curve, step_s, round_s, overhead_s)
+
+    def cost_summary(self) -> dict:
+        c = self.costs
+        return {
+            "c1_ms": None if c is None else round(c.verify(1) * 1e3, 3),  # the level it used
+            "step_ms": None if c is None else round(c.step_s * 1e3, 3),
+            "round_ms": None if c is None else round(c.round_s * 1e3, 3),
+            "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
+        }

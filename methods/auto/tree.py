@@ -1,0 +1,207 @@
+"""k=auto for a scored draft (a tree, or a chain whose nodes carry probabilities): the n best
+nodes by calibrated reach maximising (1 + Σ ŝ)/T(n), whether to draft one more depth, and
+whether to draft at all (the running realized gain)."""
+
+from __future__ import annotations
+
+from methods.auto.costs import Costs, Policy
+from methods.auto.rates import PRIOR, PRIOR_WEIGHT, Probes, depths_of, fade
+
+GAIN_START = 1.1  # a learned tree drafter's running gain before its first round: it drafts
+GAIN_MEAN = 0.8  # weight of the past in that running mean (about five rounds)
+
+
+def best_prefix(reach: list[float], costs: Costs, steps: int) -> int:
+    """Nodes sorted by reach probability, best first: how many to verify, n* = argmax
+    (1 + Σ_{i<n} reach_i)/T(n) over 0..len(reach), the drafter's `steps` already paid."""
+    best_n, best = 0, 1.0 / costs.round(0, steps)
+    e = 1.0
+    for n, s in enumerate(reach, 1):
+        e += s
+        rate = e / costs.round(n, steps)
+        if rate > best * (1 + 1e-9):
+            best_n, best = n, rate
+    return best_n
+
+
+class Gain:
+    """Whether a learned drafter should draft at all this round (before its first step): the
+    recent drafted rounds' realized tokens per modelled second over a plain step's, a running
+    mean; below 1, rounds are plain until a probe is due (Probes), and a probe's gain replaces
+    the mean (the rounds behind it are stale). Realized, not expected: a round's gain is read
+    after its verify from the tokens it yielded (1 + accepted) over T(n) for the nodes it
+    verified and the steps it drafted, so a drafter whose calibrated estimates run high still
+    switches itself off when its rounds do not pay."""
+
+    def __init__(self):
+        self.gain, self.probes, self.probing = GAIN_START, Probes(), False
+        self.pending = None  # (nodes verified, drafter steps, costs) of the round in flight
+
+    def skip(self) -> bool:
+        self.probing = self.gain < 1.0 and self.probes.due()
+        if self.gain >= 1.0 or self.probing:
+            self.probes.drafted(merit=not self.probing)
+            return False
+        self.probes.plain()
+        return True
+
+    def note(self, n: int, steps: int, costs: Costs) -> None:
+        """A drafted round's plan: n nodes to verify after `steps` drafter steps."""
+        self.pending = (n, steps, costs)
+
+    def realized(self, accepted: int) -> None:
+        """After the verify: the round's gain (1 + accepted)/T(n) ÷ 1/T(0) joins the mean."""
+        if self.pending is None:
+            return
+        n, steps, costs = self.pending
+        self.pending = None
+        g = (1.0 + accepted) / costs.round(n, steps) * costs.round(0, 0)
+        self.gain = g if self.probing else GAIN_MEAN * self.gain + (1 - GAIN_MEAN) * g
+
+
+class TreeChooser(Policy):
+    """k=auto for a scored draft (a tree, or a chain whose nodes carry probabilities): how many
+    of the best nodes to verify, and (learned drafters) whether to draft one more depth.
+
+    A node's raw reach r is its path's draft probability (EAGLE: the product of the head's
+    probabilities; suffix: the index's frequency ratios). ŝ = min(λ_depth · r, ŝ_parent), with
+    λ_depth = (rounds whose accepted path reached depth + w) / (Σ r of the verified nodes at that
+    depth + w): the nodes of one depth are disjoint events, so Σ r estimates the chance the path
+    gets there. Sorted best first (ties: creation order), any prefix is a tree."""
+
+    def __init__(self, max_nodes: int, max_depth: int):
+        self.max_nodes, self.max_depth = max_nodes, max_depth
+        self.reset()
+
+    def reset(self) -> None:
+        self.reached = [0.0] * (self.max_depth + 1)
+        self.predicted = [0.0] * (self.max_depth + 1)
+        self.gains = Gain()
+
+    def skip(self) -> bool:
+        return self.gains.skip()
+
+    def note(self, n: int, steps: int) -> None:
+        self.gains.note(n, steps, self.costs)
+
+    def lam(self, depth: int) -> float:
+        d = min(depth, self.max_depth)
+        return (self.reached[d] + PRIOR_WEIGHT) / (self.predicted[d] + PRIOR_WEIGHT)
+
+    def calibrated(self, raw: list[float], parents: list[int], depths: list[int]) -> list[float]:
+        """ŝ per node (parents listed before their children)."""
+        out = []
+        for r, p, d in zip(raw, parents, depths):
+            s = min(self.lam(d) * r, 1.0)
+            out.append(min(s, out[p]) if p >= 0 else s)
+        return out
+
+    def order(self, est: list[float]) -> list[int]:
+        """Node indices best first, ties by creation order (a parent before its children)."""
+        return sorted(range(len(est)), key=lambda i: (-est[i], i))
+
+    def size(self, est_sorted: list[float], steps: int) -> int:
+        """Nodes to verify from estimates sorted best first, the drafter's `steps` paid."""
+        return best_prefix(est_sorted[: self.max_nodes], self.costs, steps)
+
+    def deeper(self, est_sorted: list[float], frontier: list[float], steps: int) -> int:
+        """Early stop and frontier width: can one more drafter step (its new nodes reaching at
+        most `frontier`'s estimates, the frontier's children being no likelier than their
+        parents) raise E/T? Returns how many of the frontier's best nodes that step should
+        expand: the j whose j best bounds, added, would raise E/T the most (children of the
+        others could only join a tree that pays less); 0: stop here."""
+        c = self.costs
+        n = self.size(est_sorted, steps)
+        e = 1.0 + sum(est_sorted[:n])
+        best, width = e / c.round(n, steps), 0
+        gain = sorted(frontier, reverse=True)[: max(self.max_nodes - n, 0)]
+        e2 = e
+        for j, g in enumerate(gain, 1):
+            e2 += g
+            ratio = e2 / c.round(n + j, steps + 1)
+            if ratio > best:
+                best, width = ratio, j
+        return width
+
+    def learn(self, proposal, acc) -> None:
+        self.gains.realized(acc.n_draft_accepted)
+        if proposal.reach is None or not len(proposal.tokens):
+            return
+        depth = proposal.layout.depth
+        fade(self.predicted)
+        fade(self.reached)
+        for i, r in enumerate(proposal.reach[: proposal.n_draft]):
+            d = min(int(depth[i + 1]), self.max_depth)
+            self.predicted[d] += r
+        for d in range(1, min(acc.n_draft_accepted, self.max_depth) + 1):
+            self.reached[d] += 1
+
+    def summary(self) -> dict:
+        return {
+            "max_nodes": self.max_nodes,
+            **self.cost_summary(),
+            "lambda": [round(self.lam(d), 3) for d in range(1, self.max_depth + 1)],
+            "gain": round(self.gains.gain, 3),
+        }
+
+
+class NodeRates(Policy):
+    """k=auto for a fixed tree template (Medusa's, Token Recycling's): each round verifies the
+    template's best n nodes, n maximising (1 + Σ ŝ)/T(n), a node's ŝ its measured share of
+    the rounds that verified it in which the accepted path went through it (prior PRIOR^depth,
+    never above its parent's), every node always ranked after its parent."""
+
+    def __init__(self, parents: list[int], max_nodes: int, prior: float = PRIOR):
+        self.parents = list(parents)
+        self.depth = depths_of(self.parents)
+        self.prior = [prior**d for d in self.depth]
+        self.max_nodes = max_nodes
+        self.reset()
+
+    def reset(self) -> None:
+        n = len(self.parents)
+        self.verified, self.accepted = [0.0] * n, [0.0] * n
+        self.gains = Gain()
+
+    def skip(self) -> bool:
+        return self.gains.skip()
+
+    def estimates(self) -> list[float]:
+        w, out = PRIOR_WEIGHT, []
+        for i, p in enumerate(self.parents):
+            s = (self.accepted[i] + w * self.prior[i]) / (self.verified[i] + w)
+            out.append(min(s, out[p]) if p >= 0 else s)
+        return out
+
+    def choose(self, steps: int, allowed: list[int] | None = None) -> list[int]:
+        """Template nodes to verify (ascending, prefix-closed), among `allowed` (a
+        prefix-closed subset the drafter could fill; None: all)."""
+        est = self.estimates()
+        ids = range(len(est)) if allowed is None else allowed
+        order = sorted(ids, key=lambda i: (-est[i], self.depth[i], i))[: self.max_nodes]
+        ranked = [est[i] for i in order]
+        n = best_prefix(ranked, self.costs, steps)
+        self.gains.note(n, steps, self.costs)
+        return sorted(order[:n])
+
+    def learn(self, proposal, acc) -> None:
+        self.gains.realized(acc.n_draft_accepted)
+        nodes = proposal.nodes  # the template ids of the verified nodes
+        if nodes is None:
+            return
+        path = set(acc.seen[0]) if acc.seen else set()
+        fade(self.verified)
+        fade(self.accepted)
+        for j, t in enumerate(nodes):
+            self.verified[t] += 1
+            if j in path:
+                self.accepted[t] += 1
+
+    def summary(self) -> dict:
+        return {"max_nodes": self.max_nodes, "nodes": len(self.parents), **self.cost_summary()}
+
+
+def subtree(parents: list[int], keep: list[int]) -> list[int]:
+    """The parents of the kept nodes (ascending, prefix-closed) renumbered among themselves."""
+    index = {j: i for i, j in enumerate(keep)}
+    return [index[parents[j]] if parents[j] >= 0 else -1 for j in keep]
