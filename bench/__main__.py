@@ -18,7 +18,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from bench.config import ALIAS_NOTE, backend, check_overrides, register
+from bench.run.config import ALIAS_NOTE, backend, check_overrides, register
 from groundfloor.errors import UserError
 from groundfloor.paths import CONF, writable_dir
 from groundfloor.progress import progress_bar
@@ -35,8 +35,8 @@ def fail(msg: str) -> None:
 def run(cfg: DictConfig) -> None:
     from rich.console import Console
 
-    from bench.runner import execute
-    from bench.table import print_summary
+    from bench.outputs.table import print_summary
+    from bench.run.runner import execute
 
     out = Path(HydraConfig.get().runtime.output_dir)
     place_job(cfg)
@@ -44,8 +44,8 @@ def run(cfg: DictConfig) -> None:
     if cfg.engine == "openai":
         print(ALIAS_NOTE, file=sys.stderr)
     if backend(cfg) == "server":  # a server the suite starts (bench/serve/)
+        from bench.outputs.table import print_serve_summary
         from bench.serve.cell import execute as execute_cell
-        from bench.table import print_serve_summary
 
         with progress_bar(console) as progress:
             summary, _, cell = execute_cell(cfg, out, progress)

@@ -9,6 +9,7 @@
     state       DecodeState, what one turn's decode holds
     models      where models come from (the embedded GGUF, Hugging Face ids, directories)
     progress    the one progress bar of every command
+    machine     the job's CPUs and their capacity under a cgroup quota
 
 Floors above, each importing only downward (contracts in pyproject.toml, checked by
 import-linter in `make test`): engines and tasks; drafters; methods; bench (the run); and on

@@ -20,5 +20,5 @@ Then `python -m bench method=foo` runs it against the interleaved `ar` baseline,
 losslessness test in `tests/` should include it.
 A peer implemented elsewhere that decodes a whole turn itself (transformers' `generate()`:
 `hf_pld`, `hf_assisted`) subclasses `methods.hf_generate.HFGenerate` instead and names its
-`generate()` arguments; `bench.wholeturn` runs it under the same clock, budget and verdict.
+`generate()` arguments; `bench.decode.wholeturn` runs it under the same clock, budget and verdict.
 """

@@ -1,6 +1,6 @@
 """What a method is: one speculative round (draft → verify → accept) on an explicit state.
 
-The decode loop (`bench.loop`) calls, per turn, `start` and `prefill` once, then
+The decode loop (`bench.decode.loop`) calls, per turn, `start` and `prefill` once, then
 `draft`, `verify`, `accept` per round, timing each call as its phase. A method never times itself
 and never decides when generation stops; after the last round it calls `finish` (untimed), where
 a method may update state it keeps across turns. The defaults here implement chain speculation

@@ -4,7 +4,7 @@
 Those two are transformers' speculative modes, decoded inside `generate()`; against our own loop
 their speedup would mix speculation with the difference between two decoding loops. So their
 runs interleave this instead: the same `generate()`, the same hooks and clock
-(`bench.wholeturn`), with no candidate generator. Every other method's baseline is `ar`.
+(`bench.decode.wholeturn`), with no candidate generator. Every other method's baseline is `ar`.
 """
 
 from __future__ import annotations

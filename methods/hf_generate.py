@@ -1,22 +1,23 @@
 """What `hf_pld` and `hf_assisted` share: transformers' own `generate()` as the method.
 
 These are in-run peers, not our implementations: transformers decodes the whole turn with its
-own candidate generator, verification and acceptance, and `bench.wholeturn` drives it under our
+own candidate generator, verification and acceptance, and `bench.decode.wholeturn` drives it under
+our
 clock, budget, EOS ids and verdict. A subclass names the `generate()` arguments of its mode and,
 if it drafts with a model, that model (`assistant`), whose forwards the clock counts as `draft`.
 They need the transformers model itself, so they run on engine=hf only (engine=auto picks hf
-for them; `bench.config.validate` refuses engine=lean in one line).
+for them; `bench.run.config.validate` refuses engine=lean in one line).
 """
 
 from __future__ import annotations
 
 from methods.base import Method
 
-ENGINE = "hf"  # the only engine these methods run on (bench.config.validate)
+ENGINE = "hf"  # the only engine these methods run on (bench.run.config.validate)
 
 
 class HFGenerate(Method):
-    whole_turn = True  # bench.loop hands the turn to bench.wholeturn.generate_whole
+    whole_turn = True  # bench.decode.loop hands the turn to bench.decode.wholeturn.generate_whole
     baseline = "hf_ar"  # transformers' plain generate() under the same hooks, not our loop
 
     def __init__(self, cfg, ctx):

@@ -3,7 +3,7 @@
 Categories (tasks.specbench.CATEGORIES): dialog (two turns, MT-Bench's eight sub-categories),
 code, reasoning (math word problems with a numeric answer), translation (de→en, fr→en),
 summarization, qa, rag (retrieved passages + question). Spec-Bench's 13 categories map onto
-these (tasks/specbench.py), and back when answer files are written (bench/answers.py).
+these (tasks/specbench.py), and back when answer files are written (bench/outputs/answers.py).
 
 A task is one YAML in `conf/task/`: name, source, category, template (wraps every turn: "{turn}"),
 max_new_tokens, version, plus what its source needs. A group YAML lists tasks under `include`:

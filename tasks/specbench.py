@@ -1,7 +1,7 @@
 """Spec-Bench's 13 question categories mapped onto specsweep's seven task categories, and back.
 
 Forward (reading question files): MT-Bench's eight → dialog, math_reasoning → reasoning, the
-rest by name. Back (writing answer files, bench/answers.py): the category Spec-Bench's
+rest by name. Back (writing answer files, bench/outputs/answers.py): the category Spec-Bench's
 evaluation/speed.py filters on, so its per-task report reads our runs.
 """
 

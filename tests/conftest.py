@@ -137,7 +137,7 @@ def compose(overrides: list[str]):
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from bench.config import register
+    from bench.run.config import register
 
     register()
     GlobalHydra.instance().clear()

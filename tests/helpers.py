@@ -13,7 +13,7 @@ import dataclasses
 import torch
 from omegaconf import OmegaConf
 
-from bench.loop import generate
+from bench.decode.loop import generate
 from drafters import eagle as eagle_io
 from drafters import medusa as heads_io
 from engines.load import wrap

@@ -1,7 +1,8 @@
 """Synthetic run directories, as `python -m bench` writes them, for the report and gate tests.
 
 Records are generated from a known τ and speed per method (ar is the baseline on every run),
-then summary.csv comes from the real `bench.metrics.summarize`, so the report reads exactly the
+then summary.csv comes from the real `bench.outputs.metrics.summarize`, so the report reads exactly
+the
 files a real run leaves behind, in milliseconds.
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.metrics import summarize
+from bench.outputs.metrics import summarize
 
 TASKS = ("code", "dialog")
 

@@ -9,8 +9,8 @@ import pytest
 from conftest import compose, tiny_llama
 from helpers import eagle_method, make_ctx, method, prompts, run, save_head
 
-from bench import turn
-from bench.runner import execute
+from bench.decode import turn
+from bench.run.runner import execute
 from methods import auto
 
 CPU = {1: 0.010, 2: 0.0116, 4: 0.0139, 8: 0.0218, 16: 0.0377, 64: 0.142}  # a 2-core curve
@@ -149,7 +149,7 @@ def test_a_round_that_drafts_on_its_merits_resets_the_probe_wait():
 
 
 def test_draft_costs_read_the_steady_rounds():
-    from bench.turn import TurnResult
+    from bench.decode.turn import TurnResult
 
     ms = 1_000_000
     # a learned drafter: round 0 catches up on the prompt, round 3 on two plain rounds

@@ -11,9 +11,16 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from bench.acceptance import tau_round_of
-from bench.answers import answer_lines, answer_text, file_name, recount, step_lengths, write_answers
-from bench.metrics import specbench_speedup
+from bench.outputs.acceptance import tau_round_of
+from bench.outputs.answers import (
+    answer_lines,
+    answer_text,
+    file_name,
+    recount,
+    step_lengths,
+    write_answers,
+)
+from bench.outputs.metrics import specbench_speedup
 from tasks.specbench import MT_BENCH
 
 EOS = 0
@@ -54,7 +61,7 @@ def speed_py(method_lines, base_lines, tokenizer, task="overall"):
 
 
 def rec(pid, turn, role, ids, rounds, wall, repeat=0, category="dialog", sub="writing"):
-    """One record as bench.loop writes it: the prefill's token, then per round its accepted
+    """One record as bench.decode.loop writes it: the prefill's token, then per round its accepted
     drafts `rounds` (a_r) plus the target's own token, the last round cut to the emitted ids."""
     emitted = [1] + [a + 1 for a in rounds]
     emitted[-1] -= sum(emitted) - len(ids)  # a round cut at the token budget or EOS
@@ -70,7 +77,7 @@ def rec(pid, turn, role, ids, rounds, wall, repeat=0, category="dialog", sub="wr
         "method": "ngram",
         "output_ids": list(ids),
         "new_tokens": len(ids),
-        "recount_tokens": recount(WordTokenizer(), words),  # as bench.runner records it
+        "recount_tokens": recount(WordTokenizer(), words),  # as bench.run.runner records it
         "target_forwards": 1 + len(rounds),
         "wall_s": wall,
         "accept_lengths": emitted,
@@ -198,7 +205,8 @@ def test_step_lengths_of_each_kind_of_record():
     loop = RECORDS[1]
     assert step_lengths(loop) == [3, 1, 2]  # 1 + a_r; the prefill's token opens step 1
     assert step_lengths(RECORDS[6]) == [5]  # a round cut by the budget counts what it accepted
-    # transformers' generate() (bench.wholeturn) verifies a first draft in the prefill forward
+    # transformers' generate() (bench.decode.wholeturn) verifies a first draft in the prefill
+    # forward
     # and records no rounds apart from it: each forward with what it emitted (Spec-Bench's PLD)
     whole = dict(loop, accept_lengths=[3, 1, 3], round_accepted=[])
     assert step_lengths(whole) == [3, 1, 3]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT, compose
 
-from bench.metrics import COLUMNS
+from bench.outputs.metrics import COLUMNS
 
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
 
@@ -240,7 +240,7 @@ def test_bad_input_is_one_clear_line_from_a_fresh_interpreter(arg, tmp_path):
 )
 def test_an_out_that_cannot_be_written_is_one_line_before_anything_loads(args, setting, tmp_path):
     """Checked from the command line before Hydra creates the folder: no engine, not even
-    torch, is loaded (a torch that fails on import stands in for it; bench.lifecycle.open_cell
+    torch, is loaded (a torch that fails on import stands in for it; bench.run.lifecycle.open_cell
     checks each cell's folder again)."""
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('torch was imported')")
@@ -283,7 +283,7 @@ def test_vocab_mismatch_refused(tiny_target_dir, tmp_path):
 
 def test_interrupted_run_keeps_finished_prompts(tiny_target_dir, tmp_path, monkeypatch):
     """A failure on the second prompt leaves the first prompt's records on disk."""
-    from bench.runner import Runner
+    from bench.run.runner import Runner
     from methods.ngram import NGram
 
     # k fixed: k=auto would add one untimed turn (warmup=0) measuring the lookup's cost

@@ -16,9 +16,9 @@ import torch
 from conftest import compose
 from helpers import make_ctx, method, prompts
 
-from bench.distcheck import END, bonferroni, two_sample_pvalue
-from bench.loop import generate
-from bench.runner import execute
+from bench.decode.loop import generate
+from bench.run.distcheck import END, bonferroni, two_sample_pvalue
+from bench.run.runner import execute
 from groundfloor.clock import Clock
 from groundfloor.sampling import SamplingParams
 from methods.base import Method

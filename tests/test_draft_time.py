@@ -10,7 +10,7 @@ import torch
 from conftest import tiny_llama
 from helpers import GREEDY, eagle_method, make_ctx, method, prompts, run, save_head
 
-from bench.loop import generate
+from bench.decode.loop import generate
 from engines import probe
 from engines.load import wrap
 from groundfloor.clock import Clock

@@ -13,7 +13,7 @@ from helpers import eagle_method, make_ctx, prompts, random_head, run, save_head
 from test_distcheck import tiny_run
 from test_train import TINY_DISTILL
 
-from bench.runner import execute
+from bench.run.runner import execute
 from drafters import eagle as eagle_io
 from drafters import weights
 from engines import native

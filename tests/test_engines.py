@@ -113,7 +113,7 @@ def test_static_cache_grows_past_capacity(pair):
 
 
 def test_ar_outputs_identical_between_engines(pair):
-    from bench.loop import generate
+    from bench.decode.loop import generate
     from groundfloor.clock import Clock
     from groundfloor.sampling import SamplingParams
     from methods.registry import Context, build_method

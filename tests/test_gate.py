@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import yaml
 
-from bench.config import group_options
 from bench.gate import run as gate
 from bench.gate.rules import Tolerances, compare, env_problems, power, threshold
-from bench.records import dirty_files
+from bench.outputs.records import dirty_files
+from bench.run.config import group_options
 from groundfloor.errors import UserError
 
 TOL = Tolerances(tau_tol=0.02, exact_match_tol=0.0, speedup_tol=0.15)

@@ -64,7 +64,7 @@ def test_a_check_measures_afresh_and_resumes_only_when_asked(tmp_path, capsys):
 def test_resume_is_refused_for_other_code_or_settings_and_keeps_the_cells(
     tmp_path, capsys, monkeypatch
 ):
-    from bench import records
+    from bench.outputs import records
 
     cells = tmp_path / "cells" / "2020-01-01_00-00-00"
     cells.mkdir(parents=True)
@@ -72,13 +72,13 @@ def test_resume_is_refused_for_other_code_or_settings_and_keeps_the_cells(
     code = {"commit": "a" * 40, "modified": [], "diff": None}
     record = json.dumps({"code": code, "settings": settings})
     (cells / "check.json").write_text(record)
-    other = {"commit": "b" * 40, "modified": ["bench/loop.py"], "diff": "0123456789abcdef"}
+    other = {"commit": "b" * 40, "modified": ["bench/decode/loop.py"], "diff": "0123456789abcdef"}
     monkeypatch.setattr(records, "code_state", lambda: other)
     args = [*SMALL, "--out", str(tmp_path), "--resume"]
     assert gpu_check.main([*args, "--tokens", "6"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"error: cells in {cells} were measured at commit aaaaaaaaaaaa (clean), this tree is "
-        "bbbbbbbbbbbb (modified: bench/loop.py); and were measured with other settings "
+        "bbbbbbbbbbbb (modified: bench/decode/loop.py); and were measured with other settings "
         "(--tokens 4 → 6); they are left as they are: run without resume=true (--resume) to "
         "measure afresh"
     ]

@@ -111,7 +111,7 @@ def test_cuda_graph_recordings_are_counted_and_refused_inside_a_timed_turn(monke
     that recorded one is refused, naming the count that grew."""
     from types import SimpleNamespace
 
-    from bench.runner import Runner
+    from bench.run.runner import Runner
     from engines import lean
 
     calls = []

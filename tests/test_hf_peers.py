@@ -1,5 +1,6 @@
 """transformers' own speculative modes as in-run peers (`hf_pld`, `hf_assisted`): driven whole
-by bench.wholeturn under our clock, budget and EOS rule, and exact against our `ar` at T = 0."""
+by bench.decode.wholeturn under our clock, budget and EOS rule, and exact against our `ar` at T =
+0."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_sampled_peer_seeds_on_its_generators_device(target, monkeypatch):
     """At T > 0 generate() samples from the global RNG, seeded by one draw from the run's
     generator, made on that generator's device (on CUDA the generator lives on the GPU and a
     draw into a CPU tensor raises): same seed, same tokens."""
-    from bench.loop import generate
+    from bench.decode.loop import generate
     from groundfloor.clock import Clock
     from groundfloor.sampling import SamplingParams
 
@@ -190,7 +191,7 @@ def test_transformers_modes_are_measured_against_transformers_plain_generate(
     clock, not our loop; every other method's stays ar."""
     from conftest import compose
 
-    from bench.runner import execute
+    from bench.run.runner import execute
 
     args = [
         "model=hf",

@@ -20,9 +20,10 @@ import pandas as pd
 import pytest
 from conftest import compose
 
-from bench import interference
-from bench.metrics import unit_speed
-from bench.runner import Runner, execute
+from bench.outputs.metrics import unit_speed
+from bench.run import interference
+from bench.run.runner import Runner, execute
+from groundfloor import machine
 
 HOGGED = 2  # the prompt (by position) whose first pair runs beside the hog
 REMEASURE = 3
@@ -165,7 +166,7 @@ def test_timed_choices_under_a_hog_are_loaded_again_and_flagged(tiny_target_dir,
     """model.kernel=auto times torch's and oneDNN's products while the engine loads: a load
     beside a hog is done again and, still hogged, flagged with a warning; a load whose choices
     were all asked for times nothing and has nothing to flag."""
-    from bench.lifecycle import load_watched
+    from bench.run.lifecycle import load_watched
 
     rules = interference.Rules(1.25, 0.25)
     asked = dict(engine="lean", weights="float32", dtype="float32", compile=False)
@@ -214,17 +215,17 @@ def fake_cgroup(root, quota: str, usage_usec: int):
 
 def test_the_capacity_is_the_cgroup_quota_when_it_is_smaller(tmp_path):
     n = len(os.sched_getaffinity(0))
-    assert interference.cgroup_quota(fake_cgroup(tmp_path, "max 100000", 0)) is None
-    assert interference.job_cpus(tmp_path)[1] == n
-    assert interference.cgroup_quota(fake_cgroup(tmp_path, "50000 100000", 0)) == 0.5
-    assert interference.job_cpus(tmp_path)[1] == 0.5
+    assert machine.cgroup_quota(fake_cgroup(tmp_path, "max 100000", 0)) is None
+    assert machine.job_cpus(tmp_path)[1] == n
+    assert machine.cgroup_quota(fake_cgroup(tmp_path, "50000 100000", 0)) == 0.5
+    assert machine.job_cpus(tmp_path)[1] == 0.5
     v1 = tmp_path / "v1"
     (v1 / "cpu").mkdir(parents=True)
     (v1 / "cpu" / "cpu.cfs_quota_us").write_text("150000")
     (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000")
-    assert interference.cgroup_quota(v1) == 1.5
+    assert machine.cgroup_quota(v1) == 1.5
     (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1")
-    assert interference.cgroup_quota(v1) is None
+    assert machine.cgroup_quota(v1) is None
 
 
 def test_others_inside_a_quota_limited_cgroup_count_against_the_quota(tmp_path):

@@ -2,7 +2,7 @@
 key, the bad value and what is valid.
 
 Both tables are checked for completeness against the code: every `_need` rule in
-`bench.config.validate`/`validate_serving` must be the one a case trips, and every knob in
+`bench.run.config.validate`/`validate_serving` must be the one a case trips, and every knob in
 `conf/method/*.yaml` must have a case or a reason why no value of the right type is wrong.
 Cases run in-process (no subprocess per case); tests/test_cli.py runs a sample end to end."""
 
@@ -16,8 +16,8 @@ from conftest import compose, tiny_llama
 from helpers import make_ctx
 from omegaconf import OmegaConf
 
-from bench import config
-from bench.config import CONF, check_overrides, method_defaults, validate
+from bench.run import config
+from bench.run.config import CONF, check_overrides, method_defaults, validate
 from engines.load import wrap
 from groundfloor.errors import UserError
 from methods.registry import build_method
@@ -92,7 +92,7 @@ def refusal(fn, *args, **kw) -> str:
 
 
 def tripped_rule(overrides):
-    """(message, line of the `_need` call in bench/config.py that refused the config)."""
+    """(message, line of the `_need` call in bench/run/config.py that refused the config)."""
     cfg = compose(overrides)
     with pytest.raises(UserError) as e:
         validate(cfg)
@@ -126,7 +126,7 @@ def test_each_rule_is_one_line(overrides, message):
 def test_every_rule_has_a_case():
     hit = {tripped_rule(o)[1] for o, _ in RULES}
     missing = rule_lines() - hit
-    assert not missing, f"rules in bench/config.py without a bad-input case: lines {missing}"
+    assert not missing, f"rules in bench/run/config.py without a bad-input case: lines {missing}"
 
 
 # --- method knobs -------------------------------------------------------------------------

@@ -178,8 +178,8 @@ def test_a_killed_sweep_resumes_without_repeating_finished_work(tiny_target_dir,
 def test_an_interrupted_run_summarises_what_it_finished(tiny_target_dir, tmp_path, monkeypatch):
     from conftest import compose
 
-    from bench import records
-    from bench.runner import Runner, execute
+    from bench.outputs import records
+    from bench.run.runner import Runner, execute
 
     out = tmp_path / "run"
     cfg = compose(["method=ngram", *tiny(tiny_target_dir), "limit=3", f"out={out}"])

@@ -100,7 +100,7 @@ def test_medusa_reproduces_ar(target, tmp_path, tree):
 
 
 def test_medusa_sampling_is_seeded(target, tmp_path):
-    from bench.loop import generate
+    from bench.decode.loop import generate
     from groundfloor.clock import Clock
     from groundfloor.sampling import SamplingParams
 
@@ -141,7 +141,7 @@ def test_check_distribution_passes_on_a_medusa_tree(tiny_target_dir, tmp_path):
     from conftest import compose
     from test_distcheck import tiny_run
 
-    from bench.runner import execute
+    from bench.run.runner import execute
     from groundfloor.models import load_model
 
     tgt, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)

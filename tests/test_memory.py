@@ -10,7 +10,7 @@ import pytest
 from conftest import compose
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from bench.runner import execute
+from bench.run.runner import execute
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

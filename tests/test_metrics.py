@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from bench.metrics import bootstrap_ratio, summarize
+from bench.outputs.metrics import bootstrap_ratio, summarize
 
 
 def rec(
@@ -191,7 +191,7 @@ def test_drafting_metrics_and_their_identities():
 
 
 def test_predicted_speedup_is_the_cost_model():
-    from bench.acceptance import interpolate, predicted_speedup
+    from bench.outputs.acceptance import interpolate, predicted_speedup
 
     costs = {1: 1.0, 2: 1.1, 4: 1.2, 8: 1.6}
     assert interpolate(costs, 3) == pytest.approx(1.15)
@@ -252,8 +252,9 @@ def test_quiet_pairs_replace_disturbed_ones():
 
 
 def test_every_summary_column_is_registered_once_and_documented():
-    """A metric has one home: its @metric in bench/metrics.py, and its line in docs/metrics.md."""
-    from bench.metrics import COLUMNS, KEYS, METRICS, RUN_COLUMNS
+    """A metric has one home: its @metric in bench/outputs/metrics.py, and its line in
+    docs/metrics.md."""
+    from bench.outputs.metrics import COLUMNS, KEYS, METRICS, RUN_COLUMNS
     from groundfloor.paths import ROOT
 
     registered = [c for m in METRICS for c in m.columns]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import make_ctx, method, prompts
 
-from bench.loop import generate
+from bench.decode.loop import generate
 from groundfloor.clock import Clock
 from groundfloor.sampling import SamplingParams
 

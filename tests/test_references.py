@@ -18,7 +18,7 @@ from conftest import save_tiny, tiny_llama
 from forced import planted
 from helpers import make_ctx, method, prompts
 
-from bench.loop import generate
+from bench.decode.loop import generate
 from groundfloor.clock import Clock
 from groundfloor.sampling import SamplingParams, probs
 
@@ -168,7 +168,7 @@ def tree_method(name, target, tmp_path):
 
         return eagle_method(target, name, save_head(target, name, tmp_path / name, seed=3))
     else:
-        from bench.config import CONF
+        from bench.run.config import CONF
 
         node = OmegaConf.load(CONF / "method" / f"{name}.yaml")
         node.k = None  # the whole static tree: k=auto's per-round pruning reads timings

@@ -1,4 +1,4 @@
-"""Resuming a run directory (bench.lifecycle.open_cell): what continues, what is refused, and an
+"""Resuming a run directory (bench.run.lifecycle.open_cell): what continues, what is refused, and an
 out= that cannot be written; a refusal is one line, before the engine loads, the files kept."""
 
 from __future__ import annotations
@@ -11,15 +11,16 @@ import sys
 import pytest
 from conftest import ROOT, compose
 
-from bench import cells, lifecycle, records
-from bench.runner import Runner, execute
+from bench.outputs import records
+from bench.run import cells, lifecycle
+from bench.run.runner import Runner, execute
 from groundfloor.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only waits
 
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
 CLEAN = {"commit": "a" * 40, "modified": [], "diff": None}
-OTHER = {"commit": "b" * 40, "modified": ["bench/loop.py"], "diff": "0123456789abcdef"}
+OTHER = {"commit": "b" * 40, "modified": ["bench/decode/loop.py"], "diff": "0123456789abcdef"}
 
 
 def tiny(target) -> list[str]:
@@ -132,7 +133,7 @@ def test_a_cell_measured_by_other_code_is_refused_and_kept(tiny_target_dir, tmp_
         execute(cfg, out)  # complete: it would be skipped, and report the old code's results
     assert str(e.value).startswith(
         f"out={str(out)!r} was measured at commit aaaaaaaaaaaa (clean), this tree is "
-        "bbbbbbbbbbbb (modified: bench/loop.py); its results are left as they are"
+        "bbbbbbbbbbbb (modified: bench/decode/loop.py); its results are left as they are"
     )
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
 
@@ -151,11 +152,11 @@ def test_another_configuration_is_refused_naming_the_settings_that_differ(
 def test_code_changes_name_the_commit_and_the_trees_modifications():
     assert cells.code_change(CLEAN, CLEAN) is None
     assert cells.code_change(CLEAN, OTHER) == (
-        "commit aaaaaaaaaaaa (clean), this tree is bbbbbbbbbbbb (modified: bench/loop.py)"
+        "commit aaaaaaaaaaaa (clean), this tree is bbbbbbbbbbbb (modified: bench/decode/loop.py)"
     )
     again = {**OTHER, "diff": "fedcba9876543210"}  # the same file, modified otherwise
     assert cells.code_change(OTHER, again).endswith(
-        "(modified: bench/loop.py), changed again since"
+        "(modified: bench/decode/loop.py), changed again since"
     )
     many = {**OTHER, "modified": [f"f{i}.py" for i in range(6)]}
     assert "modified: f0.py, f1.py, f2.py, f3.py and 2 more" in cells.code_change(CLEAN, many)

@@ -376,8 +376,8 @@ def server_cfg(tmp_path, *extra):
 
 @pytest.mark.slow
 def test_a_server_cell_selects_prompts_as_the_run_does(tmp_path):
-    """limit_per_category and the context fit are the in-process run's (bench.lifecycle)."""
-    from bench import lifecycle
+    """limit_per_category and the context fit are the in-process run's (bench.run.lifecycle)."""
+    from bench.run import lifecycle
     from bench.serve.cell import Cell
 
     cfg = server_cfg(tmp_path, "task=all", "limit_per_category=1")
@@ -390,7 +390,7 @@ def test_a_server_cell_selects_prompts_as_the_run_does(tmp_path):
 def test_a_complete_server_cell_is_skipped_and_another_cells_folder_refused(tmp_path):
     """No server is started (its command does not exist): a complete cell of the same hash is
     skipped with its summary; a folder holding another cell is refused in one line."""
-    from bench import cells
+    from bench.run import cells
     from bench.serve.cell import execute
     from groundfloor.errors import UserError
 
@@ -406,8 +406,8 @@ def test_a_complete_server_cell_is_skipped_and_another_cells_folder_refused(tmp_
 
 def test_backend_server_is_the_switch_and_engine_openai_its_alias(tmp_path):
     """backend=server selects the server backend; engine=openai still does, as the same cell."""
-    from bench import cells
-    from bench.config import backend, validate
+    from bench.run import cells
+    from bench.run.config import backend, validate
 
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)

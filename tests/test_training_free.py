@@ -12,7 +12,7 @@ from conftest import compose, tiny_llama, tiny_tokenizer
 from helpers import make_ctx, prompts, run, save_head
 from test_distcheck import tiny_run
 
-from bench.runner import execute
+from bench.run.runner import execute
 from drafters.suffix_automaton import SuffixAutomaton
 from engines.load import wrap
 from groundfloor.errors import UserError

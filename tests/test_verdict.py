@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import compose
 
-from bench.runner import execute
-from bench.verdict import rounding_step
+from bench.outputs.verdict import rounding_step
+from bench.run.runner import execute
 from methods.base import Accepted
 from methods.ngram import NGram
 

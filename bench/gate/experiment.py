@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.config import CONF, compose, group_options
+from bench.run.config import CONF, compose, group_options
 from groundfloor.errors import UserError
 
 EXPERIMENT = CONF / "experiment" / "gate.yaml"

@@ -10,7 +10,7 @@ a drop.
 
 The experiment (conf/experiment/gate.yaml) lists Hydra overrides; every method in conf/method/
 whose default config runs with them (a method needing a drafter that is not configured is
-skipped) is measured by the normal runner (`bench.runner.execute`), exactly as
+skipped) is measured by the normal runner (`bench.run.runner.execute`), exactly as
 `python -m bench method=<m> <overrides>` would, and kept unit by unit (bench/gate/units.py).
 Verdict rules: bench/gate/rules.py; their power, simulated from the recorded noise:
 bench/gate/power.py (printed by --update, checked by tests/test_gate_power.py).
@@ -36,7 +36,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.config import check_overrides
 from bench.gate import power
 from bench.gate.ab import gate_ab
 from bench.gate.experiment import (
@@ -49,7 +48,8 @@ from bench.gate.experiment import (
 from bench.gate.rules import Tolerances, compare, env_problems
 from bench.gate.table import print_table
 from bench.gate.units import stored, units_of
-from bench.records import dirty_files
+from bench.outputs.records import dirty_files
+from bench.run.config import check_overrides
 from groundfloor.errors import UserError
 from groundfloor.progress import progress_bar
 
@@ -76,8 +76,8 @@ def run_method(method: str, overrides: list[str], out: Path, progress=None, shar
     """({"summary": overall row, "units": per unit}, env) of one run, or (None, reason) when the
     method's default config cannot run here (e.g. it needs a drafter that is not configured);
     errors once the run has started measuring propagate."""
-    from bench.records import load
-    from bench.runner import execute
+    from bench.outputs.records import load
+    from bench.run.runner import execute
 
     cfg = gate_config(method, overrides, out)
     try:

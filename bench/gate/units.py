@@ -1,7 +1,7 @@
 """What the gate keeps of one measured cell, unit by unit (a unit: one prompt × turn).
 
 log_ratio   log of the unit's pair ratio (method tokens/s ÷ baseline tokens/s, the median
-            over its quiet pairs: bench.metrics.unit_speed), the speedup's per-unit sample
+            over its quiet pairs: bench.outputs.metrics.unit_speed), the speedup's per-unit sample
 repeats     the log pair ratio of each planned repeat (extra re-measured rounds left out):
             their spread is the run-to-run noise the power check simulates from
 new_tokens, forwards   the method's repeat-0 tokens and target forwards (τ = Σ new ÷ Σ fwd)
@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from bench.metrics import pairs, unit_speed
+from bench.outputs.metrics import pairs, unit_speed
 
 
 def unit_key(prompt_id: str, turn: int) -> str:

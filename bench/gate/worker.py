@@ -6,7 +6,7 @@ experiment one conversation at a time, on request.
 Started by bench/gate/ab.py with the tree as its working directory, so that `bench`, `engines`,
 `methods`, the native kernels' sources and conf/ are that tree's: the recorded commit's in a git
 worktree, or the tree under test. The engine is loaded once, every gated method is built on it
-and warmed up (untimed, as a run does: bench.runner.Runner.prepare), then the worker answers one
+and warmed up (untimed, as a run does: bench.run.runner.Runner.prepare), then the worker answers one
 JSON line per request on stdout:
 
     ready    {"protocol": 1, "env": {...}, "methods": [...], "skipped": {m: why},
@@ -48,9 +48,9 @@ def planted_delay(target, ms: float) -> None:
 def build(exp_path: Path, extra: list[str], out: Path, delay_ms: float):
     """({method: prepared Runner}, {method: why skipped}) for the experiment's gated methods, on
     one engine."""
-    from bench.config import validate
     from bench.gate.experiment import gate_config, load_experiment, method_names
-    from bench.runner import Runner
+    from bench.run.config import validate
+    from bench.run.runner import Runner
     from groundfloor.errors import UserError
 
     exp = load_experiment(exp_path)
@@ -78,8 +78,8 @@ def build(exp_path: Path, extra: list[str], out: Path, delay_ms: float):
 
 def conversation(runner, prompt_id: str) -> list[dict]:
     """Every turn of one prompt with the runner's method, as the protocol returns them
-    ("disturbed": other work took the machine during the turn, bench.interference)."""
-    from bench.interference import interfered
+    ("disturbed": other work took the machine during the turn, bench.run.interference)."""
+    from bench.run.interference import interfered
 
     prompt = next(p for p in runner.prompts if p.id == prompt_id)
     turns = runner.conversation(runner.method, prompt, runner.max_new(prompt))
@@ -97,7 +97,7 @@ def conversation(runner, prompt_id: str) -> list[dict]:
 
 def serve(runners: dict, skipped: dict, proto, requests) -> None:
     from bench.gate.experiment import ENV_KEYS
-    from bench.records import env_info
+    from bench.outputs.records import env_info
 
     first = next(iter(runners.values()))
     env = env_info(

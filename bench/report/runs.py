@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from bench import acceptance
-from bench.metrics import bootstrap_ratio
+from bench.outputs import acceptance
+from bench.outputs.metrics import bootstrap_ratio
 from groundfloor.paths import CONF
 
 CONF_METHOD = CONF / "method"

@@ -12,9 +12,9 @@ import math
 
 import pandas as pd
 
-from bench.acceptance import tau_round_of
+from bench.outputs.acceptance import tau_round_of
+from bench.outputs.table import mark as interference_mark
 from bench.report.charts import config_label
-from bench.table import mark as interference_mark
 
 PHASES = ["prefill", "draft", "verify", "other"]
 

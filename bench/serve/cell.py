@@ -19,12 +19,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from bench import lifecycle
-from bench import records as rec
+from bench.outputs import records as rec
+from bench.outputs.verdict import first_divergence
+from bench.run import lifecycle
 from bench.serve import client, scrape
 from bench.serve.load import run_pass
 from bench.serve.server import Server, command, get, server_k
-from bench.verdict import first_divergence
 from groundfloor.errors import UserError
 from groundfloor.prompting import encode, seed_for
 from tasks.prompt import Prompt
@@ -366,15 +366,15 @@ def served_context(target: str) -> int | None:
 
 def execute(cfg, out: Path, progress=None):
     """Validate, run the cell, write summary.csv, answers/, env.json and config.yaml. The cell
-    lifecycle is the in-process run's (bench.lifecycle): a complete cell is skipped, another
+    lifecycle is the in-process run's (bench.run.lifecycle): a complete cell is skipped, another
     cell's directory refused; an interrupted cell keeps the passes it finished and runs the
     rest (a pass is one server's run over every prompt, so a pass cut short runs again whole)."""
     import sys
 
     import pandas as pd
 
-    from bench import cells
-    from bench.answers import write_answers
+    from bench.outputs.answers import write_answers
+    from bench.run import cells
     from bench.serve.summary import summarize
 
     h, state, skip = lifecycle.open_cell(cfg, out)

@@ -22,7 +22,7 @@ target forward emits one token of its own plus its accepted drafts, so
     target forwards = N − A,   τ = N ÷ (N − A),   α = A ÷ draft tokens,
     α_i = accepted at position i ÷ drafts           (a draft proposes every position)
 
-the same definitions as in-process (bench/metrics.py). A server without these counters
+the same definitions as in-process (bench/outputs/metrics.py). A server without these counters
 (llama.cpp) yields None: τ and α are then not claimed.
 """
 

@@ -14,7 +14,7 @@ On the cell-wide row (task=all, or the one task), from passes.jsonl:
                                           from the server's own counters (bench/serve/scrape.py)
     not_started                  conversations the pass's time bound kept from starting
 The in-process columns that a server cannot report (draft overhead, memory, phase times) are
-empty, so summary.csv keeps one column set across engines (bench.metrics.COLUMNS first).
+empty, so summary.csv keeps one column set across engines (bench.outputs.metrics.COLUMNS first).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from bench.metrics import COLUMNS, verdict_summary
+from bench.outputs.metrics import COLUMNS, verdict_summary
 from bench.serve.scrape import speculation
 
 PCTS = (50, 90, 99)
@@ -50,7 +50,7 @@ def error_counts(recs: pd.DataFrame) -> dict:
 
 
 def exact_match(method: pd.DataFrame) -> tuple[float | None, int]:
-    """Greedy verdicts of every repeat (bench.metrics.verdict_summary)."""
+    """Greedy verdicts of every repeat (bench.outputs.metrics.verdict_summary)."""
     exact, _, mismatches = verdict_summary(method)
     return exact, mismatches
 

@@ -35,7 +35,7 @@ import time
 
 import torch
 
-from bench.loop import generate
+from bench.decode.loop import generate
 from bench.tools import llamacpp_peer
 from engines import probe
 from engines.load import load
@@ -314,7 +314,7 @@ def start_peer(model: str, mode: str):
 
 
 def _cpu() -> str:
-    from bench.records import cpu_name
+    from bench.outputs.records import cpu_name
 
     return cpu_name()
 

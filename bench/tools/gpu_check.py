@@ -11,10 +11,11 @@ Nothing is downloaded and no model is read from a hub. The models are built in t
            paths (they accept little on random weights);
   tiny     the tests' shape (2 layers, 32 wide, 128 tokens) with drafters that accept: the
            target's weights perturbed by 10% as the draft model, random Medusa and EAGLE heads.
-Each (model, dtype, method) is one cell of `bench.runner.execute` on the core tasks (one prompt
+Each (model, dtype, method) is one cell of `bench.run.runner.execute` on the core tasks (one prompt
 per category), with its interleaved `ar` (or `hf_ar`) baseline, and is checked for:
   exact      greedy ids equal to the baseline's on every turn; a divergence is classified by
-             bench.verdict (a near-tie passes, in bfloat16 where the kernels round differently;
+             bench.outputs.verdict (a near-tie passes, in bfloat16 where the kernels round
+             differently;
              a mismatch fails);
   clock      on CUDA, every turn's event time within 10% of the host's wall time for it
              (records' wall_s against host_wall_s); on the CPU both are one clock;
@@ -41,11 +42,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from bench import records
-from bench.cells import code_change
-from bench.config import compose
-from bench.records import cpu_name, load
-from bench.runner import execute
+from bench.outputs import records
+from bench.outputs.records import cpu_name, load
+from bench.run.cells import code_change
+from bench.run.config import compose
+from bench.run.runner import execute
 from groundfloor.errors import UserError
 from groundfloor.models import resolve_device
 from groundfloor.paths import ROOT, writable_dir
@@ -390,7 +391,7 @@ def check(a) -> int:
 
 def settings(a, device) -> dict:
     """What shapes a cell's numbers beyond its run config: the models' output-layer scale is
-    not in the cell's hash (bench.cells), so the check keeps these itself."""
+    not in the cell's hash (bench.run.cells), so the check keeps these itself."""
     return {
         "--device": device.type,
         "--tokens": a.tokens,

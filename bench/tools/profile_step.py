@@ -87,7 +87,7 @@ def main(argv=None) -> dict:
     if a.rows < 1:
         ap.error(f"--rows {a.rows}: use an integer >= 1 (new tokens per forward)")
 
-    from bench.records import cpu_name
+    from bench.outputs.records import cpu_name
 
     engine, choice = load(
         a.model,

@@ -17,15 +17,15 @@ Whatever a method does for its drafter is timed as draft, wherever in the round 
 
 Every method, the baseline included, goes through this one function; transformers' own
 speculative modes (`hf_pld`, `hf_assisted`: one `generate()` per turn) go through its sibling
-`bench.wholeturn`, under the same clock, budget and EOS rule.
+`bench.decode.wholeturn`, under the same clock, budget and EOS rule.
 """
 
 from __future__ import annotations
 
 import torch
 
-from bench.turn import TurnResult, bump
-from bench.wholeturn import generate_whole
+from bench.decode.turn import TurnResult, bump
+from bench.decode.wholeturn import generate_whole
 from groundfloor.clock import Clock
 from groundfloor.sampling import SamplingParams
 from groundfloor.state import DecodeState

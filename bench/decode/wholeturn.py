@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.turn import TurnResult, bump
+from bench.decode.turn import TurnResult, bump
 from groundfloor.clock import Clock
 from groundfloor.sampling import SamplingParams
 

@@ -1,7 +1,7 @@
 """Run outputs: records.jsonl (one line per prompt × turn × role × repeat), env.json, config.
 
 Records are appended prompt by prompt (one write, flushed to disk), so a run that stops keeps
-every finished prompt, and a resumed run (bench.cells) continues after them.
+every finished prompt, and a resumed run (bench.run.cells) continues after them.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from bench.interference import job_cpus
 from engines.cpu import FLAGS_THAT_MATTER, cpu_flags, cpu_kind
 from groundfloor.errors import UserError
+from groundfloor.machine import job_cpus
 from groundfloor.paths import ROOT
 
 MB = 1e6
@@ -39,7 +39,7 @@ def record(
     unit: dict,
 ) -> dict:
     """One line of records.jsonl. info: the run's shared fields (run_info); unit: the
-    turn's load sample and interference flags (bench.interference)."""
+    turn's load sample and interference flags (bench.run.interference)."""
     t = res.times_ns
     new = len(res.output_ids)
     wall = t["wall"] / 1e9
@@ -110,8 +110,8 @@ def run_info(cfg, method_name: str, k, device, choice: dict) -> dict:
 
 
 def unit_records(info: dict, prompt, names: dict, runs: dict, verdicts: list[dict], repeats: int):
-    """The records of one measured prompt: runs as bench.interference.measure returns them,
-    names {role: method name}, verdicts[repeat][turn] (bench.verdict.turn_verdicts)."""
+    """The records of one measured prompt: runs as bench.run.interference.measure returns them,
+    names {role: method name}, verdicts[repeat][turn] (bench.outputs.verdict.turn_verdicts)."""
     for role in ("baseline", "method"):
         for r, conv in enumerate(runs[role]):
             for t, (ids, res, peak, load) in enumerate(conv):
@@ -141,7 +141,7 @@ def code_state() -> dict:
     """The code this process measures with, read once (the modules are imported by then):
     {"commit": HEAD, "modified": tracked files that differ from it, "diff": a hash of those
     differences (None when clean)}; outside git (a copied tree) {"commit": None, "sources": a
-    hash of the code's files}. cell.json keeps it, so that a resumed cell (bench.cells) is
+    hash of the code's files}. cell.json keeps it, so that a resumed cell (bench.run.cells) is
     refused when the code differs."""
     commit = (_git("rev-parse", "HEAD") or "").strip()
     if not commit:

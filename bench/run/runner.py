@@ -15,13 +15,14 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from bench import distcheck, lifecycle, turn
-from bench import records as rec
-from bench.answers import answer_text, recount, write_answers
-from bench.interference import Band, LoadProbe, Rules, measure
-from bench.loop import generate
-from bench.memory import PeakMemory
-from bench.verdict import turn_verdicts
+from bench.decode import turn
+from bench.decode.loop import generate
+from bench.outputs import records as rec
+from bench.outputs.answers import answer_text, recount, write_answers
+from bench.outputs.verdict import turn_verdicts
+from bench.run import distcheck, lifecycle
+from bench.run.interference import Band, LoadProbe, Rules, measure
+from bench.run.memory import PeakMemory
 from engines import probe
 from groundfloor.clock import Clock
 from groundfloor.errors import UserError
@@ -35,7 +36,7 @@ from tasks.prompt import Prompt
 class Runner:
     def __init__(self, cfg: DictConfig, out_dir: Path, shared: dict | None = None):
         """`shared`: engines already loaded by earlier cells of this process (a sweep), keyed by
-        what was asked for (bench.lifecycle.load_target)."""
+        what was asked for (bench.run.lifecycle.load_target)."""
         t0 = time.perf_counter()
         self.setup_s: dict[str, float] = {}
         self.cfg, self.out = cfg, out_dir
@@ -235,7 +236,8 @@ class Runner:
             self.check_no_recompile(f"prompt {prompt.id} ({role})")
 
     def measure(self, prompt: Prompt) -> dict:
-        """Interleaved pairs of conversations, re-measured while disturbed (bench.interference)."""
+        """Interleaved pairs of conversations, re-measured while disturbed
+        (bench.run.interference)."""
         pair = lambda runs, r: self.pair(prompt, runs, r)  # noqa: E731
         cfg = self.cfg
         return measure(pair, int(cfg.repeats), int(cfg.remeasure), self.rules, self.band)
@@ -256,14 +258,14 @@ class Runner:
 
 
 def execute(cfg: DictConfig, out: Path, progress=None, shared: dict | None = None):
-    """Validate, run (or resume, bench.cells), write summary.csv and answers/; returns
+    """Validate, run (or resume, bench.run.cells), write summary.csv and answers/; returns
     (summary, records path, runner). An interrupted run (Ctrl-C) still summarises the prompts
     it finished, marked partial, and says how to resume; runner is None for a skipped cell.
     `shared`: engines loaded by earlier cells of the process (Runner)."""
     import pandas as pd
 
-    from bench import cells
-    from bench.metrics import summarize
+    from bench.outputs.metrics import summarize
+    from bench.run import cells
 
     h, state, skip = lifecycle.open_cell(cfg, out)
     if skip:

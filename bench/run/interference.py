@@ -24,61 +24,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from groundfloor.machine import CGROUP, cgroup_dir, job_cpus
+
 HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # /proc/stat counts CPU time in ticks (HZ: 10 ms): a window of a few ms can read no other work
 # beside a hog; a window that must tell is kept open this long at least (LoadProbe.stop)
 MIN_WINDOW_S = 0.25
-CGROUP = Path("/sys/fs/cgroup")
-
-
-def _cgroup_dir(root: Path, controller: str) -> Path:
-    """This process's cgroup folder for `controller` (v2: the unified one, "")."""
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            _, names, rel = line.split(":", 2)
-            if (controller == "" and names == "") or controller in names.split(","):
-                base = root / controller if controller else root
-                inner = base / rel.lstrip("/")
-                return inner if inner.is_dir() else base
-    except (OSError, ValueError):
-        pass
-    return root / controller if controller else root
-
-
-def cgroup_quota(root: Path = CGROUP) -> float | None:
-    """CPUs the job's cgroup may use per period (cgroup v2 cpu.max, v1 cfs quota); None: no cap."""
-    try:
-        v2 = _cgroup_dir(root, "") / "cpu.max"
-        if v2.is_file():
-            quota, period = v2.read_text().split()[:2]
-            return None if quota == "max" else int(quota) / int(period)
-        v1 = _cgroup_dir(root, "cpu")
-        quota = int((v1 / "cpu.cfs_quota_us").read_text())
-        return None if quota <= 0 else quota / int((v1 / "cpu.cfs_period_us").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def job_cpus(root: Path = CGROUP) -> tuple[list[int], float]:
-    """(the CPUs this process may run on, its capacity in CPUs): the affinity set, capped by the
-    cgroup's quota. Interference is a share of this, not of the host."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = list(range(os.cpu_count() or 1))
-    quota = cgroup_quota(root)
-    return cpus, min(float(len(cpus)), quota) if quota else float(len(cpus))
 
 
 def _cgroup_usage_jiffies(root: Path = CGROUP) -> int | None:
     """CPU time of every process in this job's cgroup (v2 cpu.stat, v1 cpuacct.usage)."""
     try:
-        v2 = _cgroup_dir(root, "") / "cpu.stat"
+        v2 = cgroup_dir(root, "") / "cpu.stat"
         if v2.is_file():
             for line in v2.read_text().splitlines():
                 if line.startswith("usage_usec "):
                     return int(line.split()[1]) * HZ // 1_000_000
-        usage = _cgroup_dir(root, "cpuacct") / "cpuacct.usage"
+        usage = cgroup_dir(root, "cpuacct") / "cpuacct.usage"
         return int(usage.read_text()) * HZ // 1_000_000_000
     except (OSError, ValueError):
         return None

@@ -2,7 +2,7 @@
 columns, its function, one line of documentation); docs/metrics.md defines each in words.
 
 Unit of comparison: one prompt × turn, measured in interleaved pairs (baseline and method
-adjacent in time); repeats flagged by bench.interference are left out where quiet ones exist.
+adjacent in time); repeats flagged by bench.run.interference are left out where quiet ones exist.
 The speedup is the median over units of the unit's median pair ratio (method tokens/s ÷
 baseline tokens/s of one pair), with a percentile-bootstrap 95% interval over units.
 Rows: one per task × method config, per (task, category) when a task spans several categories
@@ -18,9 +18,9 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from bench import acceptance
-from bench.answers import answer_turns
-from bench.turn import step_rounds
+from bench.decode.turn import step_rounds
+from bench.outputs import acceptance
+from bench.outputs.answers import answer_turns
 
 KEYS = ["task", "category", "method", "k", "temperature", "device", "engine", "weights", "dtype"]
 UNIT = ["task", "prompt_id", "turn"]
@@ -177,7 +177,8 @@ def _speedup_totals(x: Scope):
 
 def specbench_speedup(method: pd.DataFrame, base: pd.DataFrame) -> float | None:
     """Spec-Bench's statistic: evaluation/speed.py's formula on the answer files the run writes,
-    read from the same records (bench.answers.answer_turns: repeat 0, one answer per question).
+    read from the same records (bench.outputs.answers.answer_turns: repeat 0, one answer per
+    question).
     Per question, tokens/s = Σ tokens ÷ Σ wall time over its turns, the method's tokens as
     emitted (`new_tokens`), the baseline's recounted from its answer text (`recount_tokens`,
     len(tokenizer(text).input_ids) − 1 per turn; `new_tokens` where not recorded); then
@@ -222,7 +223,7 @@ TAUS = ("tau", "tau_round", "accepted_per_round", "tau_request")
 DETAIL = ("alpha_per_pos", "alpha_marginal", "accept_hist", "accept_by_depth", "accept_by_position")
 
 
-@metric(*TAUS, doc="τ and its variants (bench.acceptance)")
+@metric(*TAUS, doc="τ and its variants (bench.outputs.acceptance)")
 def _taus(x: Scope):
     return tuple(x.draft[c] for c in TAUS)
 
@@ -233,14 +234,14 @@ def _acceptance_rate(x: Scope):
     return float(x.rep0.accepted_tokens.sum() / drafted) if drafted else None
 
 
-@metric(*DETAIL, doc="acceptance by position and depth (bench.acceptance)")
+@metric(*DETAIL, doc="acceptance by position and depth (bench.outputs.acceptance)")
 def _acceptance_detail(x: Scope):
     return tuple(x.draft[c] for c in DETAIL)
 
 
 @metric(
     "predicted_speedup",
-    doc="bench.acceptance's cost model on the run's cost curve, for whole turns (the "
+    doc="bench.outputs.acceptance's cost model on the run's cost curve, for whole turns (the "
     "baseline's measured step and time to first token)",
 )
 def _predicted(x: Scope):
@@ -404,13 +405,13 @@ def _speedup_exact(x: Scope):
     return (float(ratios.median()) if len(ratios) else None), int(len(ratios))
 
 
-@metric("dist_pvalue", doc="check=distribution's p-value (bench.distcheck)")
+@metric("dist_pvalue", doc="check=distribution's p-value (bench.run.distcheck)")
 def _dist_pvalue(x: Scope):
     pv = x.method.dist_pvalue.dropna() if "dist_pvalue" in x.method else pd.Series(dtype=float)
     return float(pv.min()) if len(pv) else None
 
 
-RUN_COLUMNS = ["skipped_prompts", "partial"]  # set per run by summarize and bench.runner
+RUN_COLUMNS = ["skipped_prompts", "partial"]  # set per run by summarize and bench.run.runner
 COLUMNS = KEYS + [c for m in METRICS for c in m.columns] + RUN_COLUMNS
 
 
@@ -455,6 +456,6 @@ def summarize(records: pd.DataFrame, costs: dict | None = None, skipped: int = 0
             row = dict(zip(KEYS, (task, cat, *key)))
             row.update(summarize_group(grp, base[bm], costs))
             row["skipped_prompts"] = skipped if task == "all" or len(tasks) == 1 else None
-            row["partial"] = False  # bench.runner.execute marks an interrupted run
+            row["partial"] = False  # bench.run.runner.execute marks an interrupted run
             rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)

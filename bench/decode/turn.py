@@ -1,7 +1,9 @@
-"""What one turn's decode produced: its tokens and every raw measurement (bench.loop fills it).
+"""What one turn's decode produced: its tokens and every raw measurement (bench.decode.loop fills
+it).
 
-Both decode loops (bench.loop for our rounds, bench.wholeturn for transformers' generate())
-return a TurnResult; bench.records turns it into one line of records.jsonl.
+Both decode loops (bench.decode.loop for our rounds, bench.decode.wholeturn for transformers'
+generate())
+return a TurnResult; bench.outputs.records turns it into one line of records.jsonl.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ class TurnResult:
     stop: str = "length"
     static_bytes: int = 0  # held by the method before the turn (weights, kept indexes)
     state_bytes: int = 0  # the turn's own drafter state (inside the peak delta already)
-    recount_tokens: int | None = None  # speed.py's recount of the answer text (bench.answers)
+    recount_tokens: int | None = (
+        None  # speed.py's recount of the answer text (bench.outputs.answers)
+    )
 
 
 def bump(counts: list[int], upto: int) -> None:
@@ -42,7 +46,7 @@ def bump(counts: list[int], upto: int) -> None:
         counts[i] += 1
 
 
-# What the run's warm-up turns say k=auto's costs are (bench.runner calibrates with them).
+# What the run's warm-up turns say k=auto's costs are (bench.run.runner calibrates with them).
 
 
 def base_step(turns) -> float | None:

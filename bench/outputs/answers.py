@@ -25,7 +25,8 @@ inference_eagle.py, inference_medusa.py) record it, per turn:
 The category is Spec-Bench's name (tasks/specbench.py), so its per-task report works.
 evaluation/speed.py reads these files (its command line always runs get_mean_speedup on its own
 paths, so call its function: `speed(FILE, BASE, TOKENIZER_DIR, task="overall")`); its speedup
-is `speedup_specbench` (bench.metrics, computed from the same records through answer_turns) and
+is `speedup_specbench` (bench.outputs.metrics, computed from the same records through answer_turns)
+and
 its "mean accepted tokens" is `tau_round` (docs/metrics.md, "Spec-Bench's answer files and
 statistics").
 """
@@ -56,7 +57,7 @@ def answer_text(tokenizer, ids: list[int]) -> str:
 def recount(tokenizer, text: str) -> int:
     """evaluation/speed.py's token count of a baseline answer: the target tokenizer's encoding of
     the stored text, less one (a Llama tokenizer's BOS; it subtracts one whatever the tokenizer
-    adds). Recorded per turn as `recount_tokens` (bench.runner)."""
+    adds). Recorded per turn as `recount_tokens` (bench.run.runner)."""
     return len(tokenizer(text).input_ids) - 1
 
 
@@ -66,9 +67,9 @@ def step_lengths(record: dict) -> list[int]:
     Its EAGLE and Medusa scripts count in a step the token the previous forward produced plus
     the drafts this forward accepted: the prefill's token opens step 1 and the last forward's
     own token falls in no step. Over our verify rounds that is 1 + a_r (a_r: drafts accepted,
-    `round_accepted`), so the mean over steps is τ_round (bench.acceptance). Our records'
+    `round_accepted`), so the mean over steps is τ_round (bench.outputs.acceptance). Our records'
     own `accept_lengths` count each forward's emitted tokens, the prefill's one as a round of
-    its own: their mean is τ. transformers' own modes (bench.wholeturn) verify their first
+    its own: their mean is τ. transformers' own modes (bench.decode.wholeturn) verify their first
     draft in the prefill forward and record no round apart from it; their steps are their
     forwards with the tokens each emitted, as Spec-Bench's PLD script counts its fused prefill."""
     rounds = record.get("round_accepted")
@@ -87,7 +88,7 @@ def answer_turns(records, role: str) -> dict[tuple[str, str], list[dict]]:
     """The records one role's answer file holds: {(task, prompt id): its turns' records in turn
     order}, prompts in run order; repeat 0 (Spec-Bench measures each question once), requests
     that failed left out, and a turn recorded twice (a rerun into the same directory) keeps its
-    latest record. bench.metrics.specbench_speedup reads the same selection."""
+    latest record. bench.outputs.metrics.specbench_speedup reads the same selection."""
     by_prompt: dict[tuple[str, str], dict[int, dict]] = {}
     for r in records:
         if r["role"] == role and int(r["repeat"]) == 0 and not _failed(r):

@@ -52,7 +52,7 @@ class RunConfig:
     dist_forced: bool = True  # check=distribution also draws with every round's draft rejected
     tie_tolerance: float = 0.05  # logit gap under which a greedy divergence is a near-tie
     # a run directory holding this cell, measured by this code: skip it if complete, else
-    # continue (other code or another cell: refused, bench.cells)
+    # continue (other code or another cell: refused, bench.run.cells)
     resume: bool = True
     concurrency: int = 1  # backend=server: conversations in flight at once
     request_rate: Optional[float] = (
@@ -68,7 +68,7 @@ class RunConfig:
 
 def sweep_id(argv: list[str] | None = None) -> str:
     """A short hash of a command's overrides (Hydra's own and flags left out): a sweep started
-    again with the same command lands in the same folder and resumes (bench.cells)."""
+    again with the same command lands in the same folder and resumes (bench.run.cells)."""
     import hashlib
     import sys
 

@@ -5,11 +5,11 @@
 
 The hash covers the composed config (every group and key, resolved) except `out` and the
 launcher, so the same cell run again, on any machine, has the same hash; `code` is the code that
-measured it (bench.records.code_state). With `resume=true` (the default) a directory whose
+measured it (bench.outputs.records.code_state). With `resume=true` (the default) a directory whose
 cell.json says complete with the same hash is skipped; one that holds records of the same cell
 continues after its last finished prompt (records.jsonl is appended one prompt at a time,
 atomically). A directory holding another cell, or measured by other code (another commit, or
-the tree modified otherwise), is refused, naming what differs (bench.lifecycle.open_cell).
+the tree modified otherwise), is refused, naming what differs (bench.run.lifecycle.open_cell).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from bench import records
+from bench.outputs import records
 
 IGNORED = ("out",)
 SHOWN = 4  # differing files or settings named in a refusal; the rest are counted

@@ -5,7 +5,7 @@ baseline's distribution.
 
 The runner calls `run` once, after warm-up and before the timed prompts. On the first prompt's
 first turn the baseline (`ar`) and the method each draw `dist_samples` continuations of
-`dist_positions` tokens through `bench.loop.generate`, each continuation from its own seed
+`dist_positions` tokens through `bench.decode.loop.generate`, each continuation from its own seed
 (the two sides never share a seed, so their samples are independent). For each position j a
 two-sample chi-square test on the 2 × C table of counts compares the token y_j, and for j ≥ 2
 also the prefix (y_1..y_j), which catches a sampler whose marginals look right while the tokens
@@ -27,7 +27,7 @@ from collections import Counter
 import torch
 from scipy.stats import chi2_contingency
 
-from bench.loop import generate
+from bench.decode.loop import generate
 from groundfloor.errors import UserError
 from groundfloor.prompting import encode
 

@@ -4,9 +4,9 @@
     prompts, skipped = fit_prompts(cfg, prompts, tok, ctx)  # each conversation fits the context
     h, state, skip = open_cell(cfg, out)                    # validate; resume, skip or refuse
 
-The in-process runner (bench.runner) and the server backend (bench.serve.cell) both start
+The in-process runner (bench.run.runner) and the server backend (bench.serve.cell) both start
 here, so a knob means the same whichever produced the tokens; each then writes records through
-bench.records and cell.json through bench.cells.
+bench.outputs.records and cell.json through bench.run.cells.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from bench import cells, records
-from bench.interference import MIN_WINDOW_S, LoadProbe, Rules, interfered
+from bench.outputs import records
+from bench.run import cells
+from bench.run.interference import MIN_WINDOW_S, LoadProbe, Rules, interfered
 from engines.load import load
 from groundfloor.errors import UserError
 from groundfloor.paths import writable_dir
@@ -63,7 +64,7 @@ def open_cell(cfg, out: Path) -> tuple[str, dict | None, bool]:
     an unfinished one continues (a last records line that a kill cut short is dropped). `out`
     that cannot be written, holding another cell, this cell measured by other code, this cell
     with resume=false, or records with a corrupt line, is refused in one line, left as it is."""
-    from bench.config import validate
+    from bench.run.config import validate
 
     validate(cfg)
     writable_dir(out)

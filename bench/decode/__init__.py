@@ -1,0 +1,3 @@
+"""The decode loops: `loop` owns prefill → rounds → stop (one clock, one loop for every method),
+`wholeturn` the same for transformers' generate(), `turn` what one turn produced and what the
+warm-up turns say k=auto's costs are."""
