@@ -111,7 +111,9 @@ def test_long_functions_do_not_creep_back():
     for path in ROOT.glob("*/**/*.py"):
         rel = path.relative_to(ROOT)
         skip = ("tests", "results", "reports", "build", "outputs", "multirun", "wheels")
-        if rel.parts[0] in skip or any(p.startswith(".") or p == "site-packages" for p in rel.parts):
+        if rel.parts[0] in skip or any(
+            p.startswith(".") or p == "site-packages" for p in rel.parts
+        ):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
