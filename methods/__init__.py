@@ -16,8 +16,8 @@ never on `bench` (import-linter fails `make test` on such an import). It is buil
 `methods.registry.build_method(name_or_cfg, ctx)` from its YAML, for the run, SAM's fallback and
 the tests alike (a partial node is completed from that YAML); its knobs' defaults are written
 once, there.
-Then `python -m bench method=foo` runs it against the interleaved `ar` baseline, and the greedy
-losslessness test in `tests/` should include it.
+Then `python -m bench method=foo` runs it against the interleaved `ar` baseline; docs/recipes.md
+lists what else finds it on its own and the test entries still written by hand.
 A peer implemented elsewhere that decodes a whole turn itself (transformers' `generate()`:
 `hf_pld`, `hf_assisted`) subclasses `methods.hf_generate.HFGenerate` instead and names its
 `generate()` arguments; `bench.decode.wholeturn` runs it under the same clock, budget and verdict.

@@ -81,13 +81,7 @@ def train(
     ckpt = out / "checkpoint.pt"
     step, epoch, taken, best, best_state, stale = 0, 0, 0, float("inf"), None, 0
     if resume and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        spec.module.load_state_dict(state["module"])
-        opt.load_state_dict(state["opt"])
-        sched.load_state_dict(state["sched"])
-        torch.set_rng_state(state["rng"])
-        step, epoch, taken = state["step"], state["epoch"], state["taken"]
-        best, best_state, stale = state["best"], state["best_state"], state["stale"]
+        step, epoch, taken, best, best_state, stale = _restore(ckpt, spec, opt, sched)
     log = open(out / "train_log.jsonl", "a")
     task = progress.add_task("train", total=steps, completed=step) if progress else None
     batches = _epoch(spec, seed, epoch)
@@ -139,26 +133,41 @@ def train(
                 description=f"train loss {float(loss.detach()):.3f} top1 {acc.tolist()[0]:.2f}",
             )
         if step % ckpt_every == 0 or step == steps or stopped:
-            torch.save(
-                {
-                    "module": spec.module.state_dict(),
-                    "opt": opt.state_dict(),
-                    "sched": sched.state_dict(),
-                    "step": step,
-                    "epoch": epoch,
-                    "taken": taken,
-                    "rng": torch.get_rng_state(),
-                    "best": best,
-                    "best_state": best_state,
-                    "stale": stale,
-                },
-                ckpt,
-            )
+            _save(ckpt, spec, opt, sched, (step, epoch, taken, best, best_state, stale))
         if stopped:
             break
     log.close()
     if best_state is not None:  # the weights of the best held-out evaluation
         spec.module.load_state_dict(best_state)
+    final = final_evaluation(spec, step, epoch, stopped, best, t0)
+    (out / "eval.json").write_text(json.dumps(final, indent=2))
+    return final
+
+
+COUNTERS = ("step", "epoch", "taken", "best", "best_state", "stale")  # a checkpoint's progress
+
+
+def _restore(ckpt: Path, spec, opt, sched) -> tuple:
+    """The module, optimizer, schedule and RNG as the checkpoint left them; its counters."""
+    state = torch.load(ckpt, weights_only=False)
+    spec.module.load_state_dict(state["module"])
+    opt.load_state_dict(state["opt"])
+    sched.load_state_dict(state["sched"])
+    torch.set_rng_state(state["rng"])
+    return tuple(state[k] for k in COUNTERS)
+
+
+def _save(ckpt: Path, spec, opt, sched, counters: tuple) -> None:
+    state = {"module": spec.module.state_dict(), "opt": opt.state_dict()}
+    state.update(
+        sched=sched.state_dict(), rng=torch.get_rng_state(), **dict(zip(COUNTERS, counters))
+    )
+    torch.save(state, ckpt)
+
+
+def final_evaluation(spec, step: int, epoch: int, stopped, best: float, t0: float) -> dict:
+    """The held-out evaluation of the final weights, beside the same measures on training
+    batches (their gap: overfitting) and the run's counters."""
     final = evaluate(spec)
     train_view = evaluate(spec, max_batches=final.get("batches"), split="train")
     final.update(
@@ -168,11 +177,10 @@ def train(
         epochs_completed=epoch,
         stopped_early_at=stopped,
         best_held_out_loss=best,
-        train_seconds=round(time.time() - t0, 1),
+        train_seconds=round(time.time() - t0, 1),  # the evaluations included
     )
     if final.get("top1_per_pos") and final.get("train_top1_per_pos"):
         final["train_minus_held_out_top1"] = [
             round(a - b, 4) for a, b in zip(final["train_top1_per_pos"], final["top1_per_pos"])
         ]
-    (out / "eval.json").write_text(json.dumps(final, indent=2))
     return final

@@ -93,7 +93,7 @@ def hf_generate(model, ids: list[int], n: int, device) -> tuple[list[int], float
     return out[0, len(ids) :].tolist(), time.perf_counter() - t
 
 
-def main(argv=None) -> dict:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="embedded:smollm2-135m")
     ap.add_argument("--device", default="auto")
@@ -111,8 +111,11 @@ def main(argv=None) -> dict:
         default="auto",
         help="llama.cpp on the same GGUF beside ours (auto: when make install-llamacpp ran)",
     )
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def main(argv=None) -> dict:
+    a = parse_args(argv)
     device = resolve_device(a.device)
     tok = load_tokenizer(a.model)
     configs = [parse(s) for s in a.configs]
@@ -128,7 +131,6 @@ def main(argv=None) -> dict:
             compile=c["compile"],
         )
         engines[c["label"]] = (eng, choice)
-    greedy, clock = SamplingParams(), Clock(device)
     if a.per_task:
         prompts = load_prompts(_task_cfg(a.task), limit=a.per_task)
     else:
@@ -140,47 +142,12 @@ def main(argv=None) -> dict:
         for c in configs
         if c["engine"] == "hf" and not c["compile"]
     }
-    sides = [("ours", lbl) for lbl in engines] + [("generate", d) for d in gen_models]
     peer = start_peer(a.model, a.llamacpp)
-    if peer is not None:
-        sides.append(("llamacpp", peer.version))
-    tpot = {s: [] for s in sides}  # seconds per output token after the first, per prompt
     ars = {
         lbl: build_method("ar", Context(e, tok, device, e.dtype, None))
         for lbl, (e, _) in engines.items()
     }
-    for kind, key in sides:  # warm-up (and compile) outside the clock
-        if kind == "ours":
-            generate(ars[key], inputs[0], 8, greedy, set(), clock, device=device)
-        elif kind == "llamacpp":
-            peer.decode(inputs[0], 8)
-        else:
-            hf_generate(gen_models[key], inputs[0], 8, device)
-    times = {s: [] for s in sides}
-    outs = {s: [] for s in sides}
-    for i, ids in enumerate(inputs):
-        per, per_tpot, last = {s: [] for s in sides}, {s: [] for s in sides}, {}
-        for r in range(a.repeats):
-            shift = (i * a.repeats + r) % len(sides)
-            for s in sides[shift:] + sides[:shift]:
-                if s[0] == "ours":
-                    res = generate(ars[s[1]], ids, a.tokens, greedy, set(), clock, device=device)
-                    wall = res.times_ns["wall"] / 1e9
-                    per[s].append(wall)
-                    per_tpot[s].append((wall - res.times_ns["ttft"] / 1e9) / (a.tokens - 1))
-                    last[s] = res.output_ids
-                elif s[0] == "llamacpp":
-                    last[s], t_prefill, t_decode = peer.decode(ids, a.tokens)
-                    per[s].append(t_prefill + t_decode)
-                    per_tpot[s].append(t_decode / (a.tokens - 1))
-                else:
-                    last[s], dt = hf_generate(gen_models[s[1]], ids, a.tokens, device)
-                    per[s].append(dt)
-        for s in sides:
-            outs[s].append(last[s])
-            times[s].append(statistics.median(per[s]))
-            if per_tpot[s]:
-                tpot[s].append(statistics.median(per_tpot[s]))
+    times, tpot, outs = decode_interleaved(a, device, inputs, ars, gen_models, peer)
     curves, split = {}, {}
     if not a.no_curve:  # ours and llama.cpp's, interleaved round by round; medians of rounds
         curves = measure_curves(engines, peer, a.repeats)
@@ -204,33 +171,7 @@ def main(argv=None) -> dict:
     }
     gen_tps = {d: n / sum(times[("generate", d)]) for d in gen_models}
     for c in configs:
-        eng, choice = engines[c["label"]]
-        tps = n / sum(times[("ours", c["label"])])
-        step_bytes = eng.step_weight_bytes()
-        roof = bw / step_bytes
-        ref = next(
-            (x["label"] for x in configs if x["engine"] == "hf" and x["dtype"] == c["dtype"]), None
-        )
-        same = (
-            None
-            if ref is None
-            else sum(a_ == b_ for a_, b_ in zip(outs[("ours", c["label"])], outs[("ours", ref)]))
-        )
-        row = {
-            "config": c["label"],
-            "engine": eng.name,
-            "weights": eng.weights,
-            "dtype": str(eng.dtype).removeprefix("torch."),
-            "kernels": choice.get("kernels"),
-            "step_mb": step_bytes / 1e6,
-            "tokens_per_s": tps,
-            "vs_generate": tps / gen_tps[c["dtype"]] if c["dtype"] in gen_tps else None,
-            "roofline_tokens_per_s": roof,
-            "of_roofline": tps / roof,
-            "same_greedy_as_hf": same,
-            "compile_s": choice.get("compile_s"),
-            "tpot_ms": 1e3 * statistics.median(tpot[("ours", c["label"])]),
-        }
+        row = config_row(c, configs, engines, n, bw, times, tpot, outs, gen_tps)
         if not a.no_curve:
             costs = curves[c["label"]]
             row["c_ms"] = {q: v * 1e3 for q, v in costs.items()}
@@ -239,28 +180,103 @@ def main(argv=None) -> dict:
         result["rows"].append(row)
     result["generate_tokens_per_s"] = gen_tps
     if peer is not None:
-        side = ("llamacpp", peer.version)
-        ref = next((r for r in result["rows"] if r["weights"] == "float32"), None)
-        result["llamacpp"] = {
-            "version": peer.version,
-            "gguf": str(peer.gguf),
-            "tokens_per_s": n / sum(times[side]),
-            "tpot_ms": 1e3 * statistics.median(tpot[side]),
-            "c_ms": {q: v * 1e3 for q, v in curves.get("llamacpp", {}).items()},
-            # greedy agreement with our float32 engine (the GGUF's values exactly); llama.cpp
-            # quantizes activations per block, so near-ties may go either way
-            "same_greedy_as": ref
-            and {
-                ref["config"]: sum(
-                    x == y for x, y in zip(outs[side], outs[("ours", ref["config"])])
-                )
-            },
-        }
+        result["llamacpp"] = peer_summary(peer, result["rows"], n, times, tpot, outs, curves)
     report(result)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(result, f, indent=1)
     return result
+
+
+def decode_interleaved(a, device, inputs, ars, gen_models, peer) -> tuple[dict, dict, dict]:
+    """Every side (our engines' ar, generate() per dtype, llama.cpp) on every prompt, warmed
+    up outside the clock, the sides' order rotated from repeat to repeat: per side the median
+    time of each prompt, the median TPOT of each prompt, and the last repeat's greedy ids."""
+    greedy, clock = SamplingParams(), Clock(device)
+    sides = [("ours", lbl) for lbl in ars] + [("generate", d) for d in gen_models]
+    if peer is not None:
+        sides.append(("llamacpp", peer.version))
+    for kind, key in sides:  # warm-up (and compile) outside the clock
+        if kind == "ours":
+            generate(ars[key], inputs[0], 8, greedy, set(), clock, device=device)
+        elif kind == "llamacpp":
+            peer.decode(inputs[0], 8)
+        else:
+            hf_generate(gen_models[key], inputs[0], 8, device)
+    times, outs = {s: [] for s in sides}, {s: [] for s in sides}
+    tpot = {s: [] for s in sides}  # seconds per output token after the first, per prompt
+    for i, ids in enumerate(inputs):
+        per, per_tpot, last = {s: [] for s in sides}, {s: [] for s in sides}, {}
+        for r in range(a.repeats):
+            shift = (i * a.repeats + r) % len(sides)
+            for s in sides[shift:] + sides[:shift]:
+                if s[0] == "ours":
+                    res = generate(ars[s[1]], ids, a.tokens, greedy, set(), clock, device=device)
+                    wall = res.times_ns["wall"] / 1e9
+                    per[s].append(wall)
+                    per_tpot[s].append((wall - res.times_ns["ttft"] / 1e9) / (a.tokens - 1))
+                    last[s] = res.output_ids
+                elif s[0] == "llamacpp":
+                    last[s], t_prefill, t_decode = peer.decode(ids, a.tokens)
+                    per[s].append(t_prefill + t_decode)
+                    per_tpot[s].append(t_decode / (a.tokens - 1))
+                else:
+                    last[s], dt = hf_generate(gen_models[s[1]], ids, a.tokens, device)
+                    per[s].append(dt)
+        for s in sides:
+            outs[s].append(last[s])
+            times[s].append(statistics.median(per[s]))
+            if per_tpot[s]:
+                tpot[s].append(statistics.median(per_tpot[s]))
+    return times, tpot, outs
+
+
+def config_row(c, configs, engines, n, bw, times, tpot, outs, gen_tps) -> dict:
+    """One configuration's line: tokens/s, its roofline share, agreement with hf, TPOT."""
+    eng, choice = engines[c["label"]]
+    tps = n / sum(times[("ours", c["label"])])
+    step_bytes = eng.step_weight_bytes()
+    roof = bw / step_bytes
+    ref = next(
+        (x["label"] for x in configs if x["engine"] == "hf" and x["dtype"] == c["dtype"]), None
+    )
+    same = (
+        None
+        if ref is None
+        else sum(a_ == b_ for a_, b_ in zip(outs[("ours", c["label"])], outs[("ours", ref)]))
+    )
+    return {
+        "config": c["label"],
+        "engine": eng.name,
+        "weights": eng.weights,
+        "dtype": str(eng.dtype).removeprefix("torch."),
+        "kernels": choice.get("kernels"),
+        "step_mb": step_bytes / 1e6,
+        "tokens_per_s": tps,
+        "vs_generate": tps / gen_tps[c["dtype"]] if c["dtype"] in gen_tps else None,
+        "roofline_tokens_per_s": roof,
+        "of_roofline": tps / roof,
+        "same_greedy_as_hf": same,
+        "compile_s": choice.get("compile_s"),
+        "tpot_ms": 1e3 * statistics.median(tpot[("ours", c["label"])]),
+    }
+
+
+def peer_summary(peer, rows, n, times, tpot, outs, curves) -> dict:
+    """llama.cpp's line: its tokens/s, TPOT, c(q) and greedy agreement with our float32 engine."""
+    side = ("llamacpp", peer.version)
+    ref = next((r for r in rows if r["weights"] == "float32"), None)
+    return {
+        "version": peer.version,
+        "gguf": str(peer.gguf),
+        "tokens_per_s": n / sum(times[side]),
+        "tpot_ms": 1e3 * statistics.median(tpot[side]),
+        "c_ms": {q: v * 1e3 for q, v in curves.get("llamacpp", {}).items()},
+        # greedy agreement with our float32 engine (the GGUF's values exactly); llama.cpp
+        # quantizes activations per block, so near-ties may go either way
+        "same_greedy_as": ref
+        and {ref["config"]: sum(x == y for x, y in zip(outs[side], outs[("ours", ref["config"])]))},
+    }
 
 
 def measure_curves(engines: dict, peer, rounds: int) -> dict:

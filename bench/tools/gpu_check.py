@@ -45,26 +45,15 @@ import torch
 from bench.outputs import records
 from bench.outputs.records import cpu_name, load
 from bench.run.cells import code_change
-from bench.run.config import compose
+from bench.run.config import compose, method_defaults
 from bench.run.runner import execute
 from groundfloor.errors import UserError
 from groundfloor.models import resolve_device
-from groundfloor.paths import ROOT, writable_dir
+from groundfloor.paths import ROOT, group_options, writable_dir
 
-METHODS = [
-    "ngram",
-    "suffix",
-    "sam",
-    "recycling",
-    "lookahead",
-    "oracle",
-    "draft",
-    "medusa",
-    "eagle",
-    "eagle3",
-    "hf_pld",
-    "hf_assisted",
-]
+# every method of conf/method/ but the plain baselines (k: 0, what the others interleave): a new
+# method's YAML puts it here
+METHODS = [m for m in group_options("method") if method_defaults(m).get("k") != 0]
 ACCEPTING = ("draft", "oracle", "ngram")  # on the tiny target these must accept drafted tokens
 SHAPES = {
     "smollm2": dict(vocab=49152, hidden=576, inter=1536, layers=30, heads=9, kv=3),
