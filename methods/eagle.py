@@ -109,23 +109,7 @@ class Eagle(TreeMethod):
             "use a factor >= 1 (the verify forward may cost this × a one-token forward)",
         )
         draft_vocab = self.draft_vocab()
-        src = kn.heads or ctx.model_cfg.get(self.kind)
-        if not src:
-            raise UserError(
-                f"method={self.name} needs a head: set method.heads=<dir or Hub id> "
-                f"or model.{self.kind} (train one with `python -m train "
-                f"drafter={self.kind}`)"
-            )
-        path = local_dir(str(src), "method.heads")
-        try:
-            self.head, self.head_cfg = eagle_io.load(path, ctx.target, ctx.dtype)
-        except (FileNotFoundError, ValueError) as e:
-            raise UserError(f"method.heads={str(src)!r}: {e}")
-        if self.head.kind != self.kind:
-            raise UserError(
-                f"method.heads={str(src)!r} holds an {self.head.kind} head; use "
-                f"method={self.head.kind}"
-            )
+        self.head, self.head_cfg = self._load_head(kn.heads or ctx.model_cfg.get(self.kind), ctx)
         self.hidden_layers = tuple(self.head.target_layers)
         frequent = (self.head_cfg.get("specsweep") or {}).get("frequent_ids")
         vocab = self.head.restrict(frequent, draft_vocab)
@@ -181,6 +165,25 @@ class Eagle(TreeMethod):
             self.info.update(k="auto", depth=None, total_tokens=None, max_depth=self.depth)
         else:
             self._fit_depth()
+
+    def _load_head(self, src, ctx):
+        """method.heads (else the model's shipped head): a head of this method's kind."""
+        if not src:
+            raise UserError(
+                f"method={self.name} needs a head: set method.heads=<dir or Hub id> "
+                f"or model.{self.kind} (train one with `python -m train "
+                f"drafter={self.kind}`)"
+            )
+        path = local_dir(str(src), "method.heads")
+        try:
+            head, head_cfg = eagle_io.load(path, ctx.target, ctx.dtype)
+        except (FileNotFoundError, ValueError) as e:
+            raise UserError(f"method.heads={str(src)!r}: {e}")
+        if head.kind != self.kind:
+            raise UserError(
+                f"method.heads={str(src)!r} holds an {head.kind} head; use method={head.kind}"
+            )
+        return head, head_cfg
 
     def _fit_depth(self) -> None:
         """No deeper than the budget can verify: a path of d nodes needs d of the budget."""

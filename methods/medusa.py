@@ -60,6 +60,52 @@ class Medusa(TreeMethod):
             "choose one of: exact (lossless), typical (Medusa's, lossy)",
         )
         draft_vocab = self.draft_vocab()
+        path = self._heads_dir(kn, ctx)
+        self.heads, hcfg = heads_io.load(path, ctx.dtype)
+        self.heads.to(ctx.device)
+        n = kn.num_heads or self.heads.num_heads
+        if not 1 <= n <= self.heads.num_heads:
+            raise UserError(
+                f"method.num_heads={n} is not valid; the heads in {path} have "
+                f"1..{self.heads.num_heads}"
+            )
+        paths = self._tree_paths(kn.tree, hcfg.get("rank_accuracy"), int(size), k or n, n)
+        self.layout, order = TreeLayout.from_paths(paths)
+        self.node_head = torch.tensor([len(p) - 1 for p in order], device=ctx.device)
+        self.node_rank = torch.tensor([p[-1] for p in order], device=ctx.device)
+        self.topk = int(self.node_rank.max()) + 1
+        self.depth = self.layout.max_depth
+        if pruned:
+            self.auto = auto.NodeRates(self.layout.parents, budget.MAX_NODES)
+            self.auto.calibrate(budget.provisional(ctx.target))
+        self._vocab_and_weights(ctx, hcfg.get("frequent_ids"), draft_vocab, n)
+        self.info = {
+            "tree_nodes": self.layout.size,
+            "depth": self.depth,
+            "draft_vocab": self.vocab.size,
+            "drafter_weights": self.weights,
+        }
+        self.typical = acc == "typical"
+        if self.typical:
+            self._typical_acceptance(kn)
+
+    def _vocab_and_weights(self, ctx, frequent_ids, draft_vocab, n: int) -> None:
+        """The rows the heads score (heads sharing the target's output layer may score only the
+        most frequent tokens) and the heads' weights, int8 where drafter_weights chooses it."""
+        self.lm_head = ctx.target.output_weight()
+        self.vocab = DraftVocab(
+            self.lm_head, frequent_ids, draft_vocab if self.heads.own is None else None
+        )
+        self.weights = "float"  # published heads with their own V-row layers stay as stored
+        if self.heads.own is None:
+            self.weights = weights.choose(ctx.drafter_weights, self.vocab.weight, n, ctx.device)
+        if self.weights == "int8":
+            weights.quantize(self.heads)
+            self.vocab.quantize()
+
+    @staticmethod
+    def _heads_dir(kn, ctx):
+        """method.heads, else the model's shipped heads: a local folder with config.json."""
         path = kn.heads or ctx.model_cfg.get("medusa")
         if not path:
             raise UserError("method=medusa needs heads: set method.heads=<dir> or model.medusa")
@@ -70,18 +116,13 @@ class Medusa(TreeMethod):
                 f"{heads_io.WEIGHTS}); train them with `python -m train "
                 f"drafter=medusa`"
             )
-        self.heads, hcfg = heads_io.load(path, ctx.dtype)
-        self.heads.to(ctx.device)
-        n = kn.num_heads or self.heads.num_heads
-        if not 1 <= n <= self.heads.num_heads:
-            raise UserError(
-                f"method.num_heads={n} is not valid; the heads in {path} have "
-                f"1..{self.heads.num_heads}"
-            )
-        depth = k or n
-        tree = kn.tree
+        return path
+
+    @staticmethod
+    def _tree_paths(tree, rank_accuracy, size: int, depth: int, n: int) -> list:
+        """method.tree (auto, a named tree or rank paths) as rank paths over n heads."""
         try:
-            paths = static_trees.resolve(tree, hcfg.get("rank_accuracy"), int(size), depth, n)
+            return static_trees.resolve(tree, rank_accuracy, size, depth, n)
         except KeyError:
             raise UserError(
                 f"method.tree={tree!r} is unknown; choose one of: auto, "
@@ -89,48 +130,24 @@ class Medusa(TreeMethod):
             )
         except ValueError as e:
             raise UserError(f"method.tree: {e}")
-        self.layout, order = TreeLayout.from_paths(paths)
-        self.node_head = torch.tensor([len(p) - 1 for p in order], device=ctx.device)
-        self.node_rank = torch.tensor([p[-1] for p in order], device=ctx.device)
-        self.topk = int(self.node_rank.max()) + 1
-        self.depth = self.layout.max_depth
-        if pruned:
-            self.auto = auto.NodeRates(self.layout.parents, budget.MAX_NODES)
-            self.auto.calibrate(budget.provisional(ctx.target))
-        self.lm_head = ctx.target.output_weight()
-        # heads sharing the target's output layer may score only the most frequent tokens
-        self.vocab = DraftVocab(
-            self.lm_head, hcfg.get("frequent_ids"), draft_vocab if self.heads.own is None else None
+
+    def _typical_acceptance(self, kn) -> None:
+        """Medusa's typical acceptance (lossy): its ε and α, checked."""
+        self.name, self.lossless = "medusa-typical", False
+        self.posterior_threshold = kn.posterior_threshold
+        self.posterior_alpha = kn.posterior_alpha
+        self.need(
+            0 < self.posterior_threshold <= 1,
+            "posterior_threshold",
+            self.posterior_threshold,
+            "use a probability in (0, 1] (ε)",
         )
-        self.weights = "float"  # published heads with their own V-row layers stay as stored
-        if self.heads.own is None:
-            self.weights = weights.choose(ctx.drafter_weights, self.vocab.weight, n, ctx.device)
-        if self.weights == "int8":
-            weights.quantize(self.heads)
-            self.vocab.quantize()
-        self.info = {
-            "tree_nodes": self.layout.size,
-            "depth": self.depth,
-            "draft_vocab": self.vocab.size,
-            "drafter_weights": self.weights,
-        }
-        self.typical = acc == "typical"
-        if self.typical:
-            self.name, self.lossless = "medusa-typical", False
-            self.posterior_threshold = kn.posterior_threshold
-            self.posterior_alpha = kn.posterior_alpha
-            self.need(
-                0 < self.posterior_threshold <= 1,
-                "posterior_threshold",
-                self.posterior_threshold,
-                "use a probability in (0, 1] (ε)",
-            )
-            self.need(
-                self.posterior_alpha > 0,
-                "posterior_alpha",
-                self.posterior_alpha,
-                "use a value > 0 (α)",
-            )
+        self.need(
+            self.posterior_alpha > 0,
+            "posterior_alpha",
+            self.posterior_alpha,
+            "use a value > 0 (α)",
+        )
 
     def static_bytes(self) -> int:
         return self.heads.extra_bytes() + self.vocab.extra_bytes()

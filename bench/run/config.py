@@ -234,6 +234,14 @@ def validate(cfg) -> None:
         f"old name of backend=server)",
     )
     validate_serving(cfg)
+    _validate_model(cfg)
+    _validate_decoding(cfg)
+    _validate_measuring(cfg)
+    _validate_method(cfg)
+
+
+def _validate_model(cfg) -> None:
+    """Every model.* value set (model.target named where it is missing)."""
     from omegaconf import OmegaConf
 
     for group in ("model",):
@@ -245,6 +253,10 @@ def validate(cfg) -> None:
                 if key == "target"
                 else f"{group}.{key} must be set",
             )
+
+
+def _validate_decoding(cfg) -> None:
+    """k, the sampling settings, the token budget, the prompt counts and truncation."""
     _need(
         cfg.k is None or cfg.k == "auto" or (isinstance(cfg.k, int) and cfg.k >= 1),
         f"k={cfg.k!r} is not valid; use an integer >= 1 or auto (chosen per round)",
@@ -269,6 +281,10 @@ def validate(cfg) -> None:
         trunc in (None, "left", "right"),
         f"task.truncate={trunc!r} is not valid; choose left, right or null (refuse long prompts)",
     )
+
+
+def _validate_measuring(cfg) -> None:
+    """Repeats, warm-up, re-measuring, interference thresholds, the checks, drafter weights."""
     _need(cfg.repeats >= 1, f"repeats={cfg.repeats} is not valid; use an integer >= 1")
     _need(cfg.warmup >= 0, f"warmup={cfg.warmup} is not valid; use an integer >= 0")
     _need(cfg.remeasure >= 0, f"remeasure={cfg.remeasure} is not valid; use an integer >= 0")
@@ -296,6 +312,10 @@ def validate(cfg) -> None:
         cfg.dist_positions >= 1,
         f"dist_positions={cfg.dist_positions} is not valid; use an integer >= 1",
     )
+
+
+def _validate_method(cfg) -> None:
+    """What the method needs of the engine, and its own k."""
     needs = cfg.method.get("engine")
     _need(
         not needs or cfg.engine in ("auto", needs),

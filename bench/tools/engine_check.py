@@ -373,35 +373,34 @@ def report(r: dict) -> None:
                 f"{row['tpot_ms'] / lc['tpot_ms']:.2f}× llama.cpp's"
             )
     if r["rows"] and "c_ratio" in r["rows"][0]:
-        qs = list(r["rows"][0]["c_ratio"])
+        report_curves(r["rows"], lc)
+
+
+def report_curves(rows: list[dict], lc: dict | None) -> None:
+    """c(q)/c(1) and c(q) − c(1) of each configuration (and llama.cpp's), then the TPOT split."""
+    qs = list(rows[0]["c_ratio"])
+    print(
+        f"  verify cost c(q)/c(1) ({'c(1) ms':>7s}) "
+        + " ".join(f"q={q:<4}" for q in qs)
+        + "   (after 128 cached tokens, logits for every row, interleaved)"
+    )
+    curves = [(row["config"], row["c_ms"]) for row in rows]
+    if lc and lc.get("c_ms"):
+        curves.append((f"llama.cpp {lc['version']}", lc["c_ms"]))
+    for name, c in curves:
+        print(f"  {name:24s} {c[1]:7.2f}  " + " ".join(f"{c[q] / c[1]:6.2f}" for q in qs if q in c))
+    print(f"  c(q) − c(1), ms{'':17s}" + " ".join(f"q={q:<4}" for q in qs[1:]))
+    for name, c in curves:
+        print(f"  {name:24s} {'':7s}  " + " ".join(f"{c[q] - c[1]:6.2f}" for q in qs[1:] if q in c))
+    for row in rows:
+        sp = row["tpot_split"]
+        at = " ".join(f"{t:.2f} ms @{n}" for n, t in sp["forward_ms_at"].items())
         print(
-            f"  verify cost c(q)/c(1) ({'c(1) ms':>7s}) "
-            + " ".join(f"q={q:<4}" for q in qs)
-            + "   (after 128 cached tokens, logits for every row, interleaved)"
+            f"  {row['config']:24s} TPOT {sp['tpot_ms']:.2f} ms = forward "
+            f"{sp['forward_ms']:.2f} (at a mean cache of {sp['mean_cache']:.0f}; "
+            f"one-token forward {at}) + loop "
+            f"{sp['loop_ms']:.2f}"
         )
-        curves = [(row["config"], row["c_ms"]) for row in r["rows"]]
-        if lc and lc.get("c_ms"):
-            curves.append((f"llama.cpp {lc['version']}", lc["c_ms"]))
-        for name, c in curves:
-            print(
-                f"  {name:24s} {c[1]:7.2f}  "
-                + " ".join(f"{c[q] / c[1]:6.2f}" for q in qs if q in c)
-            )
-        print(f"  c(q) − c(1), ms{'':17s}" + " ".join(f"q={q:<4}" for q in qs[1:]))
-        for name, c in curves:
-            print(
-                f"  {name:24s} {'':7s}  "
-                + " ".join(f"{c[q] - c[1]:6.2f}" for q in qs[1:] if q in c)
-            )
-        for row in r["rows"]:
-            sp = row["tpot_split"]
-            at = " ".join(f"{t:.2f} ms @{n}" for n, t in sp["forward_ms_at"].items())
-            print(
-                f"  {row['config']:24s} TPOT {sp['tpot_ms']:.2f} ms = forward "
-                f"{sp['forward_ms']:.2f} (at a mean cache of {sp['mean_cache']:.0f}; "
-                f"one-token forward {at}) + loop "
-                f"{sp['loop_ms']:.2f}"
-            )
 
 
 if __name__ == "__main__":

@@ -73,6 +73,52 @@ def one_step(engine, cache, tokens, context: int) -> None:
     engine.forward(tokens, cache)
 
 
+def timed_steps(engine, context: int, rows: int, steps: int):
+    """After a `context`-token prefill and 8 warm steps: the median plain step (no profiler),
+    the mean profiled step, and the profiler over those `steps`."""
+    vocab = engine.vocab_size
+    tokens = ((42 + 31 * torch.arange(rows)) % vocab)[None]
+    cache = engine.new_cache(context + rows)
+    with torch.inference_mode():
+        engine.forward(torch.randint(min(100, vocab - 1), vocab, (1, context)), cache)
+        for _ in range(8):  # warm: allocator, kernels' first calls
+            one_step(engine, cache, tokens, context)
+        walls = []
+        for _ in range(steps):
+            t = time.perf_counter()
+            one_step(engine, cache, tokens, context)
+            walls.append(time.perf_counter() - t)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+            t = time.perf_counter()
+            for _ in range(steps):
+                one_step(engine, cache, tokens, context)
+            profiled = (time.perf_counter() - t) / steps
+    return statistics.median(walls), profiled, prof
+
+
+def op_groups(prof, steps: int, step: float, profiled: float) -> list[dict]:
+    """The profiler's ops in groups, each group's share of the profiled step scaled to the plain
+    step; what no group claims is Python and dispatch."""
+    ops = defaultdict(float)
+    calls = defaultdict(int)
+    for e in prof.key_averages():
+        g = group_of(e.key)
+        if g is not None:
+            ops[g] += e.self_cpu_time_total / 1e6 / steps
+            calls[g] += e.count // steps
+    known = sum(ops.values())
+    ops["Python and dispatch (the rest)"] = max(profiled - known, 0.0)
+    return [
+        {
+            "group": g,
+            "share": s / profiled,
+            "ms_per_step": 1e3 * step * s / profiled,
+            "calls_per_step": calls.get(g),
+        }
+        for g, s in sorted(ops.items(), key=lambda kv: -kv[1])
+    ]
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="embedded:smollm2-135m")
@@ -97,43 +143,8 @@ def main(argv=None) -> dict:
         dtype=a.dtype,
         kernel=a.kernel,
     )
-    layers = engine.config.num_hidden_layers
-    vocab = engine.vocab_size
-    tokens = ((42 + 31 * torch.arange(a.rows)) % vocab)[None]
-    cache = engine.new_cache(a.context + a.rows)
-    with torch.inference_mode():
-        engine.forward(torch.randint(min(100, vocab - 1), vocab, (1, a.context)), cache)
-        for _ in range(8):  # warm: allocator, kernels' first calls
-            one_step(engine, cache, tokens, a.context)
-        walls = []
-        for _ in range(a.steps):
-            t = time.perf_counter()
-            one_step(engine, cache, tokens, a.context)
-            walls.append(time.perf_counter() - t)
-        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-            t = time.perf_counter()
-            for _ in range(a.steps):
-                one_step(engine, cache, tokens, a.context)
-            profiled = (time.perf_counter() - t) / a.steps
-    step = statistics.median(walls)
-    ops = defaultdict(float)
-    calls = defaultdict(int)
-    for e in prof.key_averages():
-        g = group_of(e.key)
-        if g is not None:
-            ops[g] += e.self_cpu_time_total / 1e6 / a.steps
-            calls[g] += e.count // a.steps
-    known = sum(ops.values())
-    ops["Python and dispatch (the rest)"] = max(profiled - known, 0.0)
-    rows = [
-        {
-            "group": g,
-            "share": s / profiled,
-            "ms_per_step": 1e3 * step * s / profiled,
-            "calls_per_step": calls.get(g),
-        }
-        for g, s in sorted(ops.items(), key=lambda kv: -kv[1])
-    ]
+    step, profiled, prof = timed_steps(engine, a.context, a.rows, a.steps)
+    rows = op_groups(prof, a.steps, step, profiled)
     result = {
         "cpu": cpu_name(),
         "threads": torch.get_num_threads(),
@@ -146,7 +157,7 @@ def main(argv=None) -> dict:
         "steps": a.steps,
         "step_ms": 1e3 * step,
         "profiled_step_ms": 1e3 * profiled,
-        "layers": layers,
+        "layers": engine.config.num_hidden_layers,
         "rows": rows,
     }
     report(result)
