@@ -53,7 +53,8 @@ def repacked(kernel: str) -> bool:
 # FMA instructions rounds as the portable one does (contract.h)
 BASE = ["-O3", "-fopenmp", "-ffp-contract=off"]
 AVX2 = [*BASE, "-mavx2", "-mfma", "-mf16c"]
-# -mavx512vl: 32 registers for 8-lane vectors too (attention.h keeps three heads' sums in them)
+# -mavx512vl: 32 registers for 8-lane vectors too (attention.h keeps three heads' output
+# accumulators in them)
 FLAGS = {"avx512": [*AVX2, "-mavx512f", "-mavx512vl"], "avx2": AVX2, "portable": BASE}
 VNNI = ["-mavx512bw", "-mavx512vnni"]  # native_q8a's integer products, where the CPU has them
 ORDER = ("avx512", "avx2", "portable")  # widest first

@@ -23,7 +23,7 @@ from groundfloor.state import DecodeState
 from groundfloor.tree import Tree, TreeLayout
 from groundfloor.tree import accept as accept_tree
 from methods import auto, budget
-from methods.auto import PRIOR
+from methods.auto import PRIOR  # by name: in Method's body, `auto` is the policy attribute
 from methods.treeverify import keep_path, verify_tree
 
 

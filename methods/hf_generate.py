@@ -1,12 +1,11 @@
 """What `hf_pld` and `hf_assisted` share: transformers' own `generate()` as the method.
 
 These are in-run peers, not our implementations: transformers decodes the whole turn with its
-own candidate generator, verification and acceptance, and `bench.decode.wholeturn` drives it under
-our
-clock, budget, EOS ids and verdict. A subclass names the `generate()` arguments of its mode and,
-if it drafts with a model, that model (`assistant`), whose forwards the clock counts as `draft`.
-They need the transformers model itself, so they run on engine=hf only (engine=auto picks hf
-for them; `bench.run.config.validate` refuses engine=lean in one line).
+own candidate generator, verification and acceptance, and `bench.decode.wholeturn` drives it
+under our clock, budget, EOS ids and verdict. A subclass names the `generate()` arguments of its
+mode and, if it drafts with a model, that model (`assistant`), whose forwards the clock counts
+as `draft`. They need the transformers model itself, so they run on engine=hf only (engine=auto
+picks hf for them; `bench.run.config.validate` refuses engine=lean in one line).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Synthetic run directories, as `python -m bench` writes them, for the report and gate tests.
 
 Records are generated from a known τ and speed per method (ar is the baseline on every run),
-then summary.csv comes from the real `bench.outputs.metrics.summarize`, so the report reads exactly
-the
-files a real run leaves behind, in milliseconds.
+then summary.csv comes from the real `bench.outputs.metrics.summarize`, so the report reads
+exactly the files a real run leaves behind, in milliseconds.
 """
 
 from __future__ import annotations

@@ -206,8 +206,8 @@ def test_step_lengths_of_each_kind_of_record():
     assert step_lengths(loop) == [3, 1, 2]  # 1 + a_r; the prefill's token opens step 1
     assert step_lengths(RECORDS[6]) == [5]  # a round cut by the budget counts what it accepted
     # transformers' generate() (bench.decode.wholeturn) verifies a first draft in the prefill
-    # forward
-    # and records no rounds apart from it: each forward with what it emitted (Spec-Bench's PLD)
+    # forward and records no rounds apart from it: each forward with what it emitted
+    # (Spec-Bench's PLD)
     whole = dict(loop, accept_lengths=[3, 1, 3], round_accepted=[])
     assert step_lengths(whole) == [3, 1, 3]
     server = dict(loop, accept_lengths=[], round_accepted=None, target_forwards=None)

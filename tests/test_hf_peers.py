@@ -1,6 +1,6 @@
 """transformers' own speculative modes as in-run peers (`hf_pld`, `hf_assisted`): driven whole
-by bench.decode.wholeturn under our clock, budget and EOS rule, and exact against our `ar` at T =
-0."""
+by bench.decode.wholeturn under our clock, budget and EOS rule, and exact against our `ar` at
+T = 0."""
 
 from __future__ import annotations
 

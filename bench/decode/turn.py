@@ -1,9 +1,8 @@
-"""What one turn's decode produced: its tokens and every raw measurement (bench.decode.loop fills
-it).
+"""What one turn's decode produced: its tokens and every raw measurement (bench.decode.loop
+fills it).
 
 Both decode loops (bench.decode.loop for our rounds, bench.decode.wholeturn for transformers'
-generate())
-return a TurnResult; bench.outputs.records turns it into one line of records.jsonl.
+generate()) return a TurnResult; bench.outputs.records turns it into one line of records.jsonl.
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ class TurnResult:
     stop: str = "length"
     static_bytes: int = 0  # held by the method before the turn (weights, kept indexes)
     state_bytes: int = 0  # the turn's own drafter state (inside the peak delta already)
-    recount_tokens: int | None = (
-        None  # speed.py's recount of the answer text (bench.outputs.answers)
-    )
+    # speed.py's recount of the answer text (bench.outputs.answers)
+    recount_tokens: int | None = None
 
 
 def bump(counts: list[int], upto: int) -> None:

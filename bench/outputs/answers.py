@@ -25,10 +25,9 @@ inference_eagle.py, inference_medusa.py) record it, per turn:
 The category is Spec-Bench's name (tasks/specbench.py), so its per-task report works.
 evaluation/speed.py reads these files (its command line always runs get_mean_speedup on its own
 paths, so call its function: `speed(FILE, BASE, TOKENIZER_DIR, task="overall")`); its speedup
-is `speedup_specbench` (bench.outputs.metrics, computed from the same records through answer_turns)
-and
-its "mean accepted tokens" is `tau_round` (docs/metrics.md, "Spec-Bench's answer files and
-statistics").
+is `speedup_specbench` (bench.outputs.metrics, computed from the same records through
+answer_turns) and its "mean accepted tokens" is `tau_round` (docs/metrics.md, "Spec-Bench's
+answer files and statistics").
 """
 
 from __future__ import annotations

@@ -178,10 +178,10 @@ def _speedup_totals(x: Scope):
 def specbench_speedup(method: pd.DataFrame, base: pd.DataFrame) -> float | None:
     """Spec-Bench's statistic: evaluation/speed.py's formula on the answer files the run writes,
     read from the same records (bench.outputs.answers.answer_turns: repeat 0, one answer per
-    question).
-    Per question, tokens/s = Σ tokens ÷ Σ wall time over its turns, the method's tokens as
-    emitted (`new_tokens`), the baseline's recounted from its answer text (`recount_tokens`,
-    len(tokenizer(text).input_ids) − 1 per turn; `new_tokens` where not recorded); then
+    question). Per question, tokens/s = Σ tokens ÷ Σ wall time over its turns, the method's
+    tokens as emitted (`new_tokens`), the baseline's recounted from its answer text
+    (`recount_tokens`, len(tokenizer(text).input_ids) − 1 per turn; `new_tokens` where not
+    recorded); then
 
         speedup_specbench = mean over the method's questions of its tokens/s
                             ÷ mean over the baseline's questions of its tokens/s

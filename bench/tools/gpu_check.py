@@ -15,8 +15,7 @@ Each (model, dtype, method) is one cell of `bench.run.runner.execute` on the cor
 per category), with its interleaved `ar` (or `hf_ar`) baseline, and is checked for:
   exact      greedy ids equal to the baseline's on every turn; a divergence is classified by
              bench.outputs.verdict (a near-tie passes, in bfloat16 where the kernels round
-             differently;
-             a mismatch fails);
+             differently; a mismatch fails);
   clock      on CUDA, every turn's event time within 10% of the host's wall time for it
              (records' wall_s against host_wall_s); on the CPU both are one clock;
   memory     a peak-memory delta measured for every turn (reset per turn) on CUDA;
