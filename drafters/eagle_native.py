@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from engines import native
+from engines import hugepages, native
 from engines.formats import NATIVE, Linear
 
 
@@ -35,13 +35,21 @@ def _parts(lin: Linear) -> list[torch.Tensor]:
 
 
 def _fuse(lins: list[Linear]) -> list[torch.Tensor] | None:
-    """One projection of `lins`' rows stacked (their shared input), as `project` takes it; each
-    Linear's tensors become views of the fused ones. None where they cannot be stacked."""
+    """One projection of `lins`' rows stacked (their shared input), as `project` takes it. None
+    where they cannot be stacked. _share then makes each Linear's tensors views of it."""
     tile = native.kernels()[0].TILE
     rows = sum(x.out_features for x in lins)
     if native.repacked(lins[0].kernel) and any(x.out_features % tile for x in lins):
         return None  # a part's last tile is padded: the parts' tiles do not stack
     fused = [torch.cat(ts) for ts in zip(*[_parts(x) for x in lins])]
+    return fused + [torch.tensor(rows)] if native.repacked(lins[0].kernel) else fused
+
+
+def _share(lins: list[Linear], fused: list[torch.Tensor] | None) -> None:
+    """Each Linear's tensors become views of the fused ones (the head holds its weights once)."""
+    if fused is None:
+        return
+    tile = native.kernels()[0].TILE
     at = 0
     for lin in lins:
         names = ["packed"] if native.repacked(lin.kernel) else ["qweight", "scales"]
@@ -49,7 +57,6 @@ def _fuse(lins: list[Linear]) -> list[torch.Tensor] | None:
         for name, whole in zip(names, fused):
             setattr(lin, name, whole[at : at + span])
         at += span
-    return fused + [torch.tensor(rows)] if native.repacked(lins[0].kernel) else fused
 
 
 class NativeStep:
@@ -65,10 +72,19 @@ class NativeStep:
         self.nh, self.nkv, self.hd = attn.nh, attn.nkv, attn.hd
         self.eps = float(cfg.rms_norm_eps)
         self.family = native.family(attn.q_proj.kernel)
-        self.wqkv = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
+        qkv, gu = [attn.q_proj, attn.k_proj, attn.v_proj], [mlp.gate_proj, mlp.up_proj]
+        self.wqkv, self.wgu = _fuse(qkv), _fuse(gu)
         self.wo = _parts(attn.o_proj) + self._rows(attn.o_proj)
-        self.wgu = _fuse([mlp.gate_proj, mlp.up_proj])
         self.wd = _parts(mlp.down_proj) + self._rows(mlp.down_proj)
+        # a drafting step reads all of these cold after each target forward: 2 MB pages
+        # (engines.hugepages), before the projections become views of the fused tensors
+        out = head.lm_head if head.kind == "eagle3" else getattr(head.vocab, "linear", None)
+        rest = [t for m in (head.fc, out) if m is not None for t in (*m.buffers(), *m.parameters())]
+        self.placed = hugepages.place(
+            [*(self.wqkv or []), *(self.wgu or []), *self.wo, *self.wd, *rest]
+        )
+        _share(qkv, self.wqkv)
+        _share(gu, self.wgu)
         self.norm_post = layer.post_attention_layernorm.weight.detach().float().contiguous()
         if head.kind == "eagle3":
             self.norm_emb = layer.input_layernorm.weight.detach().float().contiguous()

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from engines import native
+from engines import hugepages, native
 from engines.base import Engine, Out
 from engines.cache import StaticCache
 from engines.formats import NATIVE, Linear
@@ -291,6 +291,8 @@ class LeanEngine(Engine):
         )
         self.run = self.model  # the forward; compile() swaps in a compiled one
         self.compiled = False
+        # the weights in 2 MB pages where the OS lends them: a step streams them all (same bits)
+        self.hugepage_bytes = hugepages.place_module(model) if self.device.type == "cpu" else 0
 
     def new_cache(self, capacity: int, batch: int = 1) -> StaticCache:
         return StaticCache(
@@ -391,6 +393,7 @@ class LeanEngine(Engine):
             "source": self.source,
             "output_layer": self.model.output.fmt,
             "compiled": self.compiled,
+            "hugepages_mb": round(self.hugepage_bytes / 2**20, 1),
         }
 
 

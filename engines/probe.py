@@ -20,7 +20,9 @@ _CURVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 @torch.inference_mode()
 def step_costs(engine, sizes=SIZES, context: int = 128, repeats: int = 3) -> dict:
-    """{q: median seconds of one forward over q new tokens after `context` cached tokens}."""
+    """{q: median seconds of one forward over q new tokens after `context` cached tokens}.
+    The sizes are timed round-robin, one forward of each per repeat after one untimed round,
+    so that a slow moment of the machine lands on every size alike rather than on one."""
     from groundfloor.clock import Clock
 
     vocab = engine.vocab_size
@@ -29,35 +31,34 @@ def step_costs(engine, sizes=SIZES, context: int = 128, repeats: int = 3) -> dic
     clock = Clock(torch.device(dev))
     cache = engine.new_cache(context + max(sizes))
     engine.forward(ctx_ids, cache, logits_to_keep=1)  # one prefill; each forward is cropped away
-    out = {}
-    for q in sizes:
-        new = (torch.arange(q, device=dev) * 31 % vocab)[None]
-        times = []
-        for r in range(repeats + 1):
+    new = {q: (torch.arange(q, device=dev) * 31 % vocab)[None] for q in sizes}
+    times: dict = {q: [] for q in sizes}
+    for r in range(repeats + 1):
+        for q in sizes:
             cache.crop(context)
             clock.reset()
             with clock.phase("verify"):
-                engine.forward(new, cache)
-            if r:  # the first repeat warms up
-                times.append(clock.read()["verify"] / 1e9)
-        out[q] = statistics.median(times)
-    return out
+                engine.forward(new[q], cache)
+            if r:  # the first round warms up
+                times[q].append(clock.read()["verify"] / 1e9)
+    return {q: statistics.median(t) for q, t in times.items()}
 
 
-def curve(engine, sizes=SIZES, warm: bool = False) -> dict:
-    """The engine's cost curve, timed once per engine object. `warm`: the caller has warmed the
-    engine up (a run, after its warm-up generations); a curve timed before that (a method's
-    automatic budget at construction) is timed again, once, and kept for later callers."""
+def curve(engine, sizes=SIZES, warm: bool = False, context: int = 128, repeats: int = 3) -> dict:
+    """The engine's cost curve after `context` cached tokens, timed once per engine object and
+    context. `warm`: the caller has warmed the engine up (a run, after its warm-up
+    generations); a curve timed before that (a method's automatic budget at construction) is
+    timed again, once, and kept for later callers."""
     per = _CURVES.setdefault(engine, {})
-    key = tuple(sizes)
+    key = (tuple(sizes), context)
     if key not in per or (warm and not per[key][1]):
-        per[key] = (step_costs(engine, sizes), warm)
+        per[key] = (step_costs(engine, sizes, context, repeats), warm)
     return per[key][0]
 
 
 def timed(engine, sizes=SIZES) -> dict | None:
     """The curve `curve` has timed for this engine (warm or not), or None: no timing here."""
-    got = _CURVES.get(engine, {}).get(tuple(sizes))
+    got = _CURVES.get(engine, {}).get((tuple(sizes), 128))
     return got[0] if got else None
 
 

@@ -20,6 +20,7 @@ import torch
 from drafters import medusa as heads_io
 from drafters import weights
 from drafters.draftvocab import DraftVocab
+from engines import hugepages
 from groundfloor.errors import UserError
 from groundfloor.models import local_dir
 from groundfloor.sampling import probs
@@ -102,6 +103,12 @@ class Medusa(TreeMethod):
         if self.weights == "int8":
             weights.quantize(self.heads)
             self.vocab.quantize()
+        # a drafting step reads the heads and their vocabulary rows cold: 2 MB pages
+        lin = self.vocab.linear
+        hugepages.place(
+            [*self.heads.parameters(), *self.heads.buffers()]
+            + ([*lin.buffers()] if lin is not None else [])
+        )
 
     @staticmethod
     def _heads_dir(kn, ctx):

@@ -182,6 +182,17 @@ def test_draft_costs_read_the_steady_rounds():
         round_draft_ns=[40 * ms, 0, 0, 3 * ms, 0, 5 * ms],
     )
     assert turn.draft_costs([sparse]) == (pytest.approx(0.004), 0.0)
+    # one steady round that paid a one-off cost (40 ms) does not set the step's rate
+    spike = TurnResult(
+        [],
+        10,
+        {"draft": 60 * ms},
+        6,
+        round_steps=[1, 1, 1, 1, 1],
+        draft_steps=5,
+        round_draft_ns=[9 * ms, 1 * ms, 40 * ms, 1 * ms, 1 * ms],
+    )
+    assert turn.draft_costs([spike]) == (pytest.approx(0.001), 0.0)
 
 
 def test_a_turn_records_each_rounds_drafting_time(target, tmp_path):

@@ -7,6 +7,7 @@ generate()) return a TurnResult; bench.outputs.records turns it into one line of
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 
@@ -75,29 +76,30 @@ def step_rounds(times, steps) -> tuple[float, int, float, int]:
 
 def draft_costs(turns) -> tuple[float, float]:
     """(seconds per drafter step, seconds per round outside them) from warm-up TurnResults'
-    steady rounds. A learned drafter: the drafting time of its rounds that follow a drafted round
-    over their steps (a turn's first round, or one after plain rounds, first catches the drafter
-    up on the prompt or the run of plain tokens: paid whatever k, and the prompt once per turn,
-    so it is no step's cost); a lookup: its rounds' drafting time over their count. The
-    drafter's prefill (its own span) is left out too. Warm-up turns without a steady round (a
-    drafter that drafted only after plain rounds) read those rounds, catch-up included: an upper
-    bound of a step, where the turns' totals would charge the prompt's catch-up to a few steps
-    and switch the drafter off for good. Turns without per-round times (a whole-turn
-    generate()) fall back to their totals."""
-    ns = steps = rounds = late_ns = late_steps = 0
+    steady rounds, each round's time over its steps, the median over rounds (one round that
+    paid a one-off cost, a page fault storm or a collection, must not set the rate of every
+    later one). A learned drafter: its rounds that follow a drafted round (a turn's first
+    round, or one after plain rounds, first catches the drafter up on the prompt or the run of
+    plain tokens: paid whatever k, and the prompt once per turn, so it is no step's cost); a
+    lookup: its rounds. The drafter's prefill (its own span) is left out too. Warm-up turns
+    without a steady round (a drafter that drafted only after plain rounds) read those rounds,
+    catch-up included: an upper bound of a step, where the turns' totals would charge the
+    prompt's catch-up to a few steps and switch the drafter off for good. Turns without
+    per-round times (a whole-turn generate()) fall back to their totals."""
+    steady, late, lookups = [], [], []
     for t in turns:
-        if any(t.round_steps):
-            a, b, c, d = step_rounds(t.round_draft_ns, t.round_steps)
-            ns, steps, late_ns, late_steps = ns + a, steps + b, late_ns + c, late_steps + d
+        times, steps = t.round_draft_ns, t.round_steps
+        if any(steps):
+            for i in range(1, min(len(times), len(steps))):
+                if steps[i]:
+                    (steady if steps[i - 1] else late).append(times[i] / steps[i])
         else:  # a lookup
-            times = t.round_draft_ns[: len(t.round_steps)]
-            ns, rounds = ns + sum(times), rounds + len(times)
-    if steps:
-        return ns / 1e9 / steps, 0.0
-    if late_steps:
-        return late_ns / 1e9 / late_steps, 0.0
-    if rounds:
-        return 0.0, ns / 1e9 / rounds
+            lookups += times[: len(steps)]
+    for per in (steady, late):
+        if per:
+            return statistics.median(per) / 1e9, 0.0
+    if lookups:
+        return 0.0, statistics.median(lookups) / 1e9
     draft = sum(t.times_ns.get("draft", 0) for t in turns) / 1e9
     total_steps = sum(t.draft_steps for t in turns)
     if total_steps:

@@ -197,7 +197,9 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def env_info(device, target_spec: str, choice: dict, target, method, cost_curve: dict) -> dict:
+def env_info(
+    device, target_spec: str, choice: dict, target, method, cost_curve: dict, curve_context=128
+) -> dict:
     """env.json: versions, the machine, what ran (engine choice), sizes and the cost curve."""
     import transformers
 
@@ -223,6 +225,7 @@ def env_info(device, target_spec: str, choice: dict, target, method, cost_curve:
         "method_static_mb": method.static_bytes() / MB,
         "method_info": getattr(method, "info", {}),
         "cost_curve_ms": {q: round(c * 1e3, 3) for q, c in cost_curve.items()},
+        "cost_curve_context": curve_context,  # cached tokens before each timed forward
     }
 
 

@@ -24,7 +24,7 @@ from bench.run import distcheck, lifecycle
 from bench.run.interference import Band, LoadProbe, Rules, measure
 from bench.run.memory import PeakMemory
 from engines import probe
-from groundfloor.clock import Clock
+from groundfloor.clock import Clock, settle_heap
 from groundfloor.errors import UserError
 from groundfloor.models import load_generation_config, load_tokenizer, resolve_device
 from groundfloor.prompting import encode, eos_ids, seed_for
@@ -107,13 +107,13 @@ class Runner:
     def max_new(self, prompt: Prompt) -> int:
         return lifecycle.max_new(self.cfg, prompt)
 
-    def warm_pass(self, turns: dict) -> None:
-        """One untimed short conversation of each side (the first prompt's first turn, 16
-        tokens at most), its TurnResults appended to turns[role]."""
+    def warm_pass(self, turns: dict, tokens: int = 16) -> None:
+        """One untimed short conversation of each side (the first prompt's first turn, `tokens`
+        at most), its TurnResults appended to turns[role]."""
         p = self.prompts[0]
-        short = Prompt(p.id, p.task, p.category, p.turns[:1], max_new_tokens=16)
+        short = Prompt(p.id, p.task, p.category, p.turns[:1], max_new_tokens=tokens)
         for role, m in (("baseline", self.baseline), ("method", self.method)):
-            conv = self.conversation(m, short, min(16, self.max_new(p)))
+            conv = self.conversation(m, short, min(tokens, self.max_new(p)))
             turns[role] += [res for _, res, _, _ in conv]
 
     def warmup(self) -> dict:
@@ -133,14 +133,18 @@ class Runner:
     def drafting_cost(self, warm: dict) -> tuple[dict, tuple[float, float, float]]:
         """k=auto: (the cost curve anchored to the baseline's warm step (engines.probe.anchored),
         the drafter's (seconds per step, seconds per round) and the loop's per-round overhead
-        beyond c(1)), measured on warm turns (one untimed pass of each side when warmup=0):
+        beyond c(1)), measured on one untimed pass of each side after the warm-up (whose
+        first calls pay one-off costs: allocations, a first native call, caches grown; read
+        from them, a drafter step measured ~4× its steady cost and k=auto never drafted):
         never assumed."""
         if self.method.auto is None:
             return self.cost_curve, (0.0, 0.0, 0.0)
-        if not warm["method"]:
+        if not warm["method"]:  # warmup=0: a pass of each side that absorbs the first calls
             self.warm_pass(warm)
-        step_s, round_s = turn.draft_costs(warm["method"])
-        s_b = turn.base_step(warm["baseline"])
+        measured = {"baseline": [], "method": []}
+        self.warm_pass(measured, tokens=32)
+        step_s, round_s = turn.draft_costs(measured["method"])
+        s_b = turn.base_step(measured["baseline"])
         curve = probe.anchored(self.cost_curve, s_b)
         return curve, (step_s, round_s, turn.step_overhead(s_b, curve))
 
@@ -156,13 +160,30 @@ class Runner:
                 f"raise warmup= so that warm-up covers every shape, or run without model.compile"
             )
 
+    def decode_context(self) -> int:
+        """The cache length the cost curve is timed at: the median over the run's prompts of
+        the first turn's tokens plus half its new tokens. A verify's cost grows with the
+        context (attention), so a curve timed at a fixed short one under-prices the rounds of
+        long prompts, and k=auto would draft more than pays."""
+        use_template = bool(self.cfg.model.chat_template)
+        lens = sorted(
+            len(encode(self.tokenizer, [{"role": "user", "content": p.turns[0]}], use_template))
+            + self.max_new(p) // 2
+            for p in self.prompts
+        )
+        limit = lifecycle.context_limit(self.target.config) or 1 << 30
+        return max(16, min(lens[len(lens) // 2], limit - max(probe.SIZES)))
+
     def prepare(self) -> None:
         """Everything before the first measured turn, untimed: warm-up, the cost curve and
         k=auto's calibration on it (the gate's workers call this too, bench/gate/worker.py)."""
+        settle_heap()  # the models built so far leave the collector's scans (before warm-up)
         t0 = time.perf_counter()
         warm = self.warmup()
         t1 = time.perf_counter()
-        self.cost_curve = probe.curve(self.target, warm=True)  # c(q) after warm-up, untimed
+        self.curve_context = self.decode_context()
+        # c(q) after warm-up, untimed, at the cache length the run's rounds typically see
+        self.cost_curve = probe.curve(self.target, warm=True, context=self.curve_context)
         curve, drafting = self.drafting_cost(warm)
         changed = self.method.calibrate(curve, drafting)
         if changed and getattr(self.target, "compiled", False):
@@ -182,6 +203,7 @@ class Runner:
                 self.target,
                 self.method,
                 self.cost_curve,
+                self.curve_context,
             ),
             cfg,
         )

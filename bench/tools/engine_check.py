@@ -39,7 +39,7 @@ from bench.decode.loop import generate
 from bench.tools import llamacpp_peer
 from engines import probe
 from engines.load import load
-from groundfloor.clock import Clock
+from groundfloor.clock import Clock, settle_heap
 from groundfloor.models import embedded_gguf, load_tokenizer, resolve_device
 from groundfloor.prompting import encode
 from groundfloor.sampling import SamplingParams
@@ -147,6 +147,7 @@ def main(argv=None) -> dict:
         lbl: build_method("ar", Context(e, tok, device, e.dtype, None))
         for lbl, (e, _) in engines.items()
     }
+    settle_heap()  # as a run does before its warm-up (groundfloor.clock)
     times, tpot, outs = decode_interleaved(a, device, inputs, ars, gen_models, peer)
     curves, split = {}, {}
     if not a.no_curve:  # ours and llama.cpp's, interleaved round by round; medians of rounds
