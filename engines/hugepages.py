@@ -40,13 +40,15 @@ def available() -> bool:
 
 
 def _owns(t: torch.Tensor) -> bool:
-    """A dense CPU tensor that is its storage's only user of bytes (not a view into another)."""
-    return (
-        t.device.type == "cpu"
-        and t.is_contiguous()
-        and t.storage_offset() == 0
-        and t.untyped_storage().nbytes() == t.numel() * t.element_size()
-    )
+    """A dense CPU tensor that is its storage's only user of bytes (not a view into another,
+    not an opaque one: oneDNN's reordered weights keep their own layout)."""
+    if t.device.type != "cpu" or t.layout != torch.strided or t.is_mkldnn:
+        return False
+    try:
+        nbytes = t.untyped_storage().nbytes()
+    except (NotImplementedError, RuntimeError):
+        return False
+    return t.is_contiguous() and t.storage_offset() == 0 and nbytes == t.numel() * t.element_size()
 
 
 def _advise(start: int, length: int) -> bool:

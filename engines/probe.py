@@ -57,9 +57,11 @@ def curve(engine, sizes=SIZES, warm: bool = False, context: int = 128, repeats: 
 
 
 def timed(engine, sizes=SIZES) -> dict | None:
-    """The curve `curve` has timed for this engine (warm or not), or None: no timing here."""
-    got = _CURVES.get(engine, {}).get((tuple(sizes), 128))
-    return got[0] if got else None
+    """A curve `curve` has timed for this engine over these sizes (warm or not, a warm one
+    first, at any context), or None: no timing here."""
+    got = [v for (s, _), v in _CURVES.get(engine, {}).items() if s == tuple(sizes)]
+    got.sort(key=lambda v: not v[1])
+    return got[0][0] if got else None
 
 
 def anchored(costs: dict, step: float | None) -> dict:

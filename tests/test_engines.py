@@ -207,6 +207,32 @@ def test_the_weight_choice_depends_on_the_device():
         resolve_weights(odd, "lean", "int4", "bfloat16", "cuda")
 
 
+def test_the_dtype_is_chosen_by_the_instruction_set_and_the_path_never_timed(monkeypatch):
+    """model.dtype=auto on a CPU: float32 for the native kernels' GGUF blocks, the stored float
+    format, else bfloat16 where the CPU computes it (its flags), float32 where it does not; no
+    forward is timed (the dtype changes the numbers, so a clock must not pick it)."""
+    from types import SimpleNamespace
+
+    from engines import load as L
+    from engines import native, probe
+
+    def no_clock(*a, **k):
+        raise AssertionError("model.dtype=auto timed a forward")
+
+    monkeypatch.setattr(probe, "step_costs", no_clock)
+    gguf = SimpleNamespace(gguf="model.gguf", config=SimpleNamespace(hidden_size=576))
+    hf = SimpleNamespace(gguf=None, config=SimpleNamespace(hidden_size=576))
+    monkeypatch.setattr(L, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    lean = L.choose_dtype(gguf, "lean", "auto", "auto", "cpu", "auto")
+    if native.kernels()[0] is not None:
+        assert lean[0] == "float32" and "activations" in lean[1]["reason"]
+    assert L.choose_dtype(hf, "hf", "auto", "auto", "cpu", "auto")[0] == "bfloat16"
+    assert L.choose_dtype(hf, "lean", "float32", "auto", "cpu", "auto")[0] == "float32"
+    monkeypatch.setattr(L, "cpu_flags", lambda: {"avx2"})
+    assert L.choose_dtype(hf, "hf", "auto", "auto", "cpu", "auto")[0] == "float32"
+    assert L.choose_dtype(hf, "hf", "auto", "auto", "cuda", "auto")[0] == "bfloat16"
+
+
 # --- weight formats ---------------------------------------------------------------------------
 
 

@@ -154,8 +154,8 @@ def fit_context(
 
 
 def load_watched(spec: str, device, asked: dict, rules: Rules, tries: int = 2):
-    """`load` with the choices it times on the machine (model.dtype=auto among several native
-    dtypes, model.kernel=auto between torch's and oneDNN's products) watched for other work, as
+    """`load` with the choice it times on the machine (model.kernel=auto between torch's and
+    oneDNN's products for float32 weights) watched for other work, as
     turns are: a load that timed a choice while others took more than `rules.others` of the
     machine is done again, up to `tries` times. The choice records what the last load saw
     (`probe_load`), how many loads it took and, when the last one was still disturbed,
@@ -165,7 +165,7 @@ def load_watched(spec: str, device, asked: dict, rules: Rules, tries: int = 2):
     for attempt in range(1, tries + 1):
         watch.start()
         target, choice = load(spec, device, **asked)
-        timed = "timed" in choice["dtype_probe"] or "seconds" in choice["kernel_probe"]
+        timed = "seconds" in choice["kernel_probe"]
         seen = watch.stop(at_least=MIN_WINDOW_S if timed else 0.0)
         disturbed = timed and interfered(seen, rules)
         if not disturbed:
@@ -174,7 +174,7 @@ def load_watched(spec: str, device, asked: dict, rules: Rules, tries: int = 2):
     if disturbed:
         print(
             f"warning: other work took {seen.get('others_cpu')} of the machine (steal "
-            f"{seen.get('steal')}) while model.dtype/model.kernel=auto timed their choices, "
+            f"{seen.get('steal')}) while model.kernel=auto timed its choice, "
             f"{attempt} times; dtype={choice['dtype']} kernel={choice['kernel']} may not be what "
             "a quiet machine picks (set them explicitly to pin them)",
             file=sys.stderr,
