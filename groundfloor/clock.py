@@ -85,6 +85,21 @@ class Clock:
             return int(a.elapsed_time(b) * 1e6)
         return b - a
 
+    def latest_s(self, *names: str) -> float | None:
+        """Seconds of the most recent span of each of `names`, summed, while the clock runs:
+        what the decode loop hands k=auto after each round, a control signal, never a reported
+        figure. None on CUDA, whose events are read once at the end (reading them every round
+        would synchronize the device), and where a phase has no span yet."""
+        if self.cuda:
+            return None
+        total = 0
+        for want in names:
+            span = next(((a, b) for n, a, b in reversed(self._spans) if n == want), None)
+            if span is None:
+                return None
+            total += span[1] - span[0]
+        return total / 1e9
+
     def durations(self, name: str) -> list[int]:
         """Each span of phase `name`, in order, in nanoseconds (after `read`: on CUDA its
         synchronize makes the events readable)."""

@@ -152,10 +152,11 @@ class Method:
             self.info = {}
         self.info["auto"] = self.auto.summary()
 
-    def learn(self, proposal: Proposal, acc: Accepted) -> None:
-        """k=auto: the policy reads the round's outcome (after the verify; timed as draft)."""
+    def learn(self, proposal: Proposal, acc: Accepted, seconds: float | None = None) -> None:
+        """k=auto: the policy reads the round's outcome (after the verify; timed as draft) and
+        what the round took (its draft, verify and accept spans; None where not measured)."""
         if self.auto is not None:
-            self.auto.learn(proposal, acc)
+            self.auto.learn(proposal, acc, seconds)
 
     # --- per turn ---
     def start(self, state: DecodeState) -> None:

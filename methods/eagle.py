@@ -222,6 +222,7 @@ class Eagle(TreeMethod):
     # them all (EAGLE-3's 3H → H), so a round k=auto leaves plain runs no fc and copies no
     # earlier rows, and rows after a turn's last draft are never fused.
     def _tapped(self, hidden, rows) -> list[torch.Tensor]:
+        """The tapped layers' rows `rows` (a list of verify rows, or a slice)."""
         return [hidden[l][0, rows].to(self.feat_dtype) for l in self.head.target_layers]
 
     def _pend(self, state, rows: list[torch.Tensor]) -> None:
@@ -349,10 +350,7 @@ class Eagle(TreeMethod):
         head, cache, auto = self.head, state.aux["head_cache"], self.auto
         dev = state.ids.device
         if auto.skip():  # a plain round; the head reads the pending features next time
-            empty = state.ids.new_empty(0)
-            return TreeProposal(
-                tokens=empty, layout=TreeLayout.from_parents([]), chosen=0, reach=[]
-            )
+            return self._plain(state)
         n = state.length
         out = self._catch_up(state)
         base = len(cache)
@@ -403,7 +401,7 @@ class Eagle(TreeMethod):
         order = torch.sort(-all_est, stable=True).indices[: auto.max_nodes]
         ranked = all_est[order].tolist()
         keep_n = auto.size(ranked, steps)
-        auto.note(keep_n, steps)
+        auto.note(keep_n, steps, 1.0 + sum(ranked[:keep_n]))
         keep = sorted(order[:keep_n].tolist())
         index = {j: i for i, j in enumerate(keep)}
         parents = [index[all_par[j]] if all_par[j] >= 0 else -1 for j in keep]
@@ -415,7 +413,21 @@ class Eagle(TreeMethod):
             reach=all_score[keep].exp().tolist(),
         )
 
+    def _plain(self, state) -> TreeProposal:
+        """A plain round's empty proposal, built once per device (a round k=auto leaves plain
+        pays as little drafting as it can: it is most rounds where drafting does not pay)."""
+        dev = state.ids.device
+        if getattr(self, "_empty", (None,))[0] != dev:
+            empty = state.ids.new_empty(0)
+            self._empty = (dev, empty, TreeLayout.from_parents([]))
+        return TreeProposal(tokens=self._empty[1], layout=self._empty[2], chosen=0, reach=[])
+
     def after_accept(self, state, proposal, nodes, logits, hidden) -> None:
         # features of the verify rows of the root and the accepted path (row i + 1 = node i),
-        # after any the head has not consumed yet
-        self._pend(state, self._tapped(hidden, [0] + [j + 1 for j in nodes]))
+        # after any the head has not consumed yet; a path along the first nodes is a slice
+        rows = (
+            slice(0, len(nodes) + 1)
+            if nodes == list(range(len(nodes)))
+            else [0] + [j + 1 for j in nodes]
+        )
+        self._pend(state, self._tapped(hidden, rows))

@@ -142,11 +142,11 @@ class Sam(TreeMethod):
         super().calibrate(costs, (0.0, *drafting[1:]))  # its own drafting is a lookup
         return self.fallback.calibrate(costs, drafting) if self.fallback else False
 
-    def learn(self, proposal, acc) -> None:
+    def learn(self, proposal, acc, seconds=None) -> None:
         if proposal.bucket is not None:  # a round the automaton drafted
-            super().learn(proposal, acc)
+            super().learn(proposal, acc, seconds)
         elif self.fallback is not None:  # (its policy ignores rounds it did not draft)
-            self.fallback.learn(proposal, acc)
+            self.fallback.learn(proposal, acc, seconds)
 
     def observe(self, state, proposal, acc) -> None:
         (self.fallback or super()).observe(state, proposal, acc)

@@ -154,6 +154,7 @@ def test_check_distribution_passes_on_a_medusa_tree(tiny_target_dir, tmp_path):
                 "method=medusa",
                 f"method.heads={d}",
                 "method.tree=medium",
+                "method.k=null",  # the whole tree every round (k=auto may prune it to none)
                 *tiny_run(tiny_target_dir, tmp_path),
             ]
         ),

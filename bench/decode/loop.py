@@ -10,7 +10,7 @@ The loop owns the stopping rule, the token count and the clock:
       verify — method.verify  → one target forward over the proposal
       other  — method.accept  → accepted tokens (+ target cache rollback)
       draft  — method.observe → the drafter reads the verify (features, tables, its cache);
-               method.learn → k=auto's rates (methods.auto)
+               method.learn → k=auto's rates and the round's measured seconds (methods.auto)
       other  — truncation, EOS check, append
 Whatever a method does for its drafter is timed as draft, wherever in the round it runs.
     then method.finish, untimed (the turn's output is final)
@@ -85,7 +85,8 @@ def generate(
                 )
         with clock.phase("draft"):  # the drafter reads the verify (features, tables, caches)
             method.observe(state, proposal, acc)
-            method.learn(proposal, acc)  # k=auto: the rates the next round's size reads
+            # k=auto: the rates the next round's size reads, and the round's measured seconds
+            method.learn(proposal, acc, clock.latest_s("draft", "verify", "other"))
         with clock.phase("other"):
             tokens = acc.tokens[:budget]
             for i, t in enumerate(tokens):

@@ -2,7 +2,7 @@
 
 A round that drafts k tokens and verifies them in one target forward costs
 
-    T(k) = c(k + 1) + s(k)·d + r          (T(0) = c(1) + r: a plain decoding step)
+    T(k) = c(1) + r + ρ·(c(k + 1) − c(1) + s(k)·d)       (T(0) = c(1) + r: a plain step)
 
 c: the run's cost curve (engines.probe, timed after warm-up; linear between the sizes it timed),
 d: the drafter's cost per sequential step, s(k): its steps for k tokens (a draft model: k, a lookup:
@@ -25,8 +25,11 @@ per-depth calibration λ_depth fitted from the accepted paths), and the round ke
 (a prefix-closed choice) maximising (1 + Σ ŝ)/T(n). Learned drafters stop extending early when the
 next step's expected gain (its reach times its calibrated confidence) cannot raise E/T, and a tree
 drafter skips drafting (a plain round) while its recent rounds' realized gain (the tokens they
-yielded per modelled second) is below a plain step's, drafting again after PROBE_EVERY such
-rounds (the same doubling wait), a probe's gain replacing the stale running mean.
+yielded per second the decode loop measured them taking) is below a plain round's, drafting
+again after PROBE_EVERY such rounds (the same doubling wait), a probe's gain replacing the stale
+running mean; each measured drafted round refits ρ, the measured ÷ modelled cost of drafting,
+which scales every T(n) − T(0) the sizes are chosen with (a verify's rows and a drafter's steps
+cost more in the loop than warm probes time them).
 
 The choice for a round reads only earlier rounds and this round's draft, never the target's
 verdict on it, so every accept rule stays lossless (tests/test_adaptive.py checks the law at T=1).

@@ -81,7 +81,7 @@ class Chooser(Policy):
         the running rate at its depth."""
         return self.conf.rate(conf, self.depths.alphas()[min(drafted, self.max_k - 1)])
 
-    def learn(self, proposal, acc) -> None:
+    def learn(self, proposal, acc, seconds: float | None = None) -> None:
         self.record(proposal.bucket, acc.drafted, acc.n_draft_accepted, proposal.confs)
 
     def record(self, bucket, drafted: int, accepted: int, confs: list[float] | None = None):

@@ -18,6 +18,11 @@ class Costs:
         self.c = [float(curve[q]) for q in self.q]
         self.step_s, self.round_s = float(step_s), float(round_s)
         self.overhead_s = max(float(overhead_s), 0.0)
+        # ρ: measured ÷ modelled cost of drafting (what a round costs beyond a plain one), fitted
+        # from the run's rounds (Gain.realized): a verify's rows and a drafter's steps cost
+        # more inside the decode loop than the warm probes time (measured ~2× on Zen 4: a
+        # 4-row verify after drafting 1.2 ms over a plain step, the probe's curve 0.5 ms)
+        self.extra = 1.0
 
     def verify(self, q: int) -> float:
         """Seconds of one target forward over q tokens, linear between timed sizes (and past
@@ -29,9 +34,14 @@ class Costs:
         x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
         return max(y0 + (y1 - y0) * (q - x0) / (x1 - x0), ys[0] * 0.5)
 
+    def drafting(self, tokens: int, steps: int) -> float:
+        """The model's cost of drafting: a round's T beyond a plain one's, before ρ."""
+        return self.verify(tokens + 1) - self.verify(1) + steps * self.step_s
+
     def round(self, tokens: int, steps: int) -> float:
         """T: a round verifying `tokens` drafted tokens made in `steps` drafter steps."""
-        return self.verify(tokens + 1) + steps * self.step_s + self.round_s + self.overhead_s
+        plain = self.verify(1) + self.round_s + self.overhead_s
+        return plain + self.extra * self.drafting(tokens, steps)
 
 
 class Policy:
@@ -49,4 +59,5 @@ class Policy:
             "step_ms": None if c is None else round(c.step_s * 1e3, 3),
             "round_ms": None if c is None else round(c.round_s * 1e3, 3),
             "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
+            "extra": None if c is None else round(c.extra, 3),  # ρ when the summary was taken
         }

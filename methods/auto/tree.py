@@ -8,7 +8,8 @@ from methods.auto.costs import Costs, Policy
 from methods.auto.rates import PRIOR, PRIOR_WEIGHT, Probes, depths_of, fade
 
 GAIN_START = 1.1  # a learned tree drafter's running gain before its first round: it drafts
-GAIN_MEAN = 0.8  # weight of the past in that running mean (about five rounds)
+GAIN_MEAN = 0.9  # weight of the past in that running mean (about ten rounds)
+RHO_MIN, RHO_MAX = 0.5, 5.0  # the range one round's measured ρ is clipped to
 
 
 def best_prefix(reach: list[float], costs: Costs, steps: int) -> int:
@@ -26,16 +27,22 @@ def best_prefix(reach: list[float], costs: Costs, steps: int) -> int:
 
 class Gain:
     """Whether a learned drafter should draft at all this round (before its first step): the
-    recent drafted rounds' realized tokens per modelled second over a plain step's, a running
-    mean; below 1, rounds are plain until a probe is due (Probes), and a probe's gain replaces
-    the mean (the rounds behind it are stale). Realized, not expected: a round's gain is read
-    after its verify from the tokens it yielded (1 + accepted) over T(n) for the nodes it
-    verified and the steps it drafted, so a drafter whose calibrated estimates run high still
-    switches itself off when its rounds do not pay."""
+    recent drafted rounds' realized tokens per second over a plain round's, a running mean;
+    below 1, rounds are plain until a probe is due (Probes), and a probe's gain replaces the
+    mean (the rounds behind it are stale). Realized, not expected: a round's gain is read after
+    its verify from the tokens it yielded (1 + accepted) over the seconds the decode loop
+    measured it taking (its draft, verify and accept), against the running mean of plain
+    rounds' seconds, for rounds that follow a drafted round; after plain rounds (a probe, whose
+    drafter first catches up on them) and where the loop measures no time (a GPU's events are
+    read once at the end) the cost model's T(n) stands in. Each measured drafted round also
+    refits the model's ρ (Costs.extra), so the sizes the next rounds choose price drafting as
+    it is measured."""
 
     def __init__(self):
         self.gain, self.probes, self.probing = GAIN_START, Probes(), False
         self.pending = None  # (nodes verified, drafter steps, costs) of the round in flight
+        self.plain_s = None  # running mean of plain rounds' measured seconds
+        self.steady = False  # the last round drafted (this one pays no catch-up)
 
     def skip(self) -> bool:
         self.probing = self.gain < 1.0 and self.probes.due()
@@ -45,18 +52,41 @@ class Gain:
         self.probes.plain()
         return True
 
-    def note(self, n: int, steps: int, costs: Costs) -> None:
-        """A drafted round's plan: n nodes to verify after `steps` drafter steps."""
-        self.pending = (n, steps, costs)
+    def note(self, n: int, steps: int, costs: Costs, expect: float | None = None) -> None:
+        """A drafted round's plan: n nodes to verify after `steps` drafter steps, `expect`
+        tokens expected of it (1 + the nodes' calibrated reach)."""
+        self.pending = (n, steps, costs, expect)
 
-    def realized(self, accepted: int) -> None:
-        """After the verify: the round's gain (1 + accepted)/T(n) ÷ 1/T(0) joins the mean."""
+    def realized(self, accepted: int, seconds: float | None = None) -> None:
+        """After the verify: a plain round's seconds join their mean; a drafted round's gain
+        (1 + accepted)/seconds ÷ 1/plain seconds joins the gain's, and refits ρ. A drafted
+        round after plain ones (a probe) first catches the drafter up on them, paid once per
+        run of plain rounds and not by steady drafting: its gain is the model's, on the tokens
+        its nodes' calibrated reach expects (one probe's 0 or 1 accepted tokens would decide
+        the next 8-32 rounds by a coin's throw)."""
+        steady, self.steady = self.steady, self.pending is not None
         if self.pending is None:
+            if seconds:
+                self.plain_s = seconds if self.plain_s is None else _mean(self.plain_s, seconds)
             return
-        n, steps, costs = self.pending
+        n, steps, costs, expect = self.pending
         self.pending = None
-        g = (1.0 + accepted) / costs.round(n, steps) * costs.round(0, 0)
+        plain = self.plain_s or costs.round(0, 0)
+        if not steady and expect is not None:  # a probe: its expected tokens, the model's time
+            g = expect / costs.round(n, steps) * costs.round(0, 0)
+        elif seconds and steady:
+            model = costs.drafting(n, steps)
+            if model > 0:
+                rho = min(max((seconds - plain) / model, RHO_MIN), RHO_MAX)
+                costs.extra = _mean(costs.extra, rho)
+            g = (1.0 + accepted) / seconds * plain
+        else:
+            g = (1.0 + accepted) / costs.round(n, steps) * costs.round(0, 0)
         self.gain = g if self.probing else GAIN_MEAN * self.gain + (1 - GAIN_MEAN) * g
+
+
+def _mean(old: float, new: float) -> float:
+    return GAIN_MEAN * old + (1 - GAIN_MEAN) * new
 
 
 class TreeChooser(Policy):
@@ -81,8 +111,8 @@ class TreeChooser(Policy):
     def skip(self) -> bool:
         return self.gains.skip()
 
-    def note(self, n: int, steps: int) -> None:
-        self.gains.note(n, steps, self.costs)
+    def note(self, n: int, steps: int, expect: float | None = None) -> None:
+        self.gains.note(n, steps, self.costs, expect)
 
     def lam(self, depth: int) -> float:
         d = min(depth, self.max_depth)
@@ -123,8 +153,8 @@ class TreeChooser(Policy):
                 best, width = ratio, j
         return width
 
-    def learn(self, proposal, acc) -> None:
-        self.gains.realized(acc.n_draft_accepted)
+    def learn(self, proposal, acc, seconds: float | None = None) -> None:
+        self.gains.realized(acc.n_draft_accepted, seconds)
         if proposal.reach is None or not len(proposal.tokens):
             return
         depth = proposal.layout.depth
@@ -181,11 +211,11 @@ class NodeRates(Policy):
         order = sorted(ids, key=lambda i: (-est[i], self.depth[i], i))[: self.max_nodes]
         ranked = [est[i] for i in order]
         n = best_prefix(ranked, self.costs, steps)
-        self.gains.note(n, steps, self.costs)
+        self.gains.note(n, steps, self.costs, 1.0 + sum(ranked[:n]))
         return sorted(order[:n])
 
-    def learn(self, proposal, acc) -> None:
-        self.gains.realized(acc.n_draft_accepted)
+    def learn(self, proposal, acc, seconds: float | None = None) -> None:
+        self.gains.realized(acc.n_draft_accepted, seconds)
         nodes = proposal.nodes  # the template ids of the verified nodes
         if nodes is None:
             return
