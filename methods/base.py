@@ -109,7 +109,6 @@ class Method:
         k = self.ctx.k(self.cfg)
         if k == auto.AUTO:
             self.auto = auto.Chooser(self.max_k(), steps_per_token, prior)
-            self.auto.calibrate(budget.provisional(self.target))
             return self.auto.max_k
         self.need(
             isinstance(k, int) and k >= 1, "k", k, "use an integer >= 1 (tokens drafted) or auto"
@@ -144,6 +143,14 @@ class Method:
             self.auto.reset()
             self.record_auto()
         return False
+
+    def ready(self) -> None:
+        """Before a turn (untimed): a k=auto policy the run has not calibrated yet (a method
+        driven without the runner's warm-up: tests, tools) plans with the engine's curve, or
+        a quick one (methods.budget.provisional). Constructors never time the engine; the run
+        calibrates once, after warm-up (calibrate)."""
+        if self.auto is not None and self.auto.costs is None:
+            self.auto.calibrate(budget.provisional(self.target))
 
     def record_auto(self) -> None:
         """k=auto's measured inputs (drafter cost per step and per round, its limits) in the

@@ -4,7 +4,9 @@ A verify forward over n new tokens costs c(n) (engines.probe: median of timed fo
 128-token prefill, one clock). On a 2-core CPU c grows steeply with n; on a GPU it is flat up to
 dozens of tokens. The automatic budget picks the largest n with c(n) ≤ ratio · c(1): a round may
 cost at most `ratio` times a plain decoding step. The curve and the choice are reported with
-the run; a method is built with a provisional budget and calibrated on the run's warm curve.
+the run. A k=auto policy is calibrated once, by the run after its warm-up (Method.calibrate), or
+before a turn where no run did (Method.ready: `provisional`); constructors do not time the
+engine, except a fixed-k EAGLE's `total_tokens: auto` (auto_tokens), still sized at build.
 """
 
 from __future__ import annotations
@@ -31,6 +33,6 @@ def auto_tokens(engine, ratio: float) -> tuple[int, dict]:
 
 
 def provisional(engine) -> dict:
-    """The curve the engine already has, else a quick one: what a method built before the run's
-    warm curve (k=auto, total_tokens=auto) plans with until Method.calibrate."""
+    """The curve the engine already has, else a quick one: what a policy no run has calibrated
+    plans with (Method.ready), and a fixed-k EAGLE's total_tokens=auto until Method.calibrate."""
     return timed(engine) or step_costs(engine, sizes=QUICK, repeats=1)

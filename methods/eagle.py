@@ -118,7 +118,6 @@ class Eagle(TreeMethod):
         if k == auto.AUTO:  # depth and node budget chosen per round (methods.auto)
             self.depth = self.max_k()
             self.auto = auto.TreeChooser(budget.MAX_NODES, self.depth)
-            self.auto.calibrate(budget.provisional(ctx.target))
         else:
             self.depth = 6 if k is None else int(k)
         self.top_k = kn.top_k

@@ -78,7 +78,6 @@ class Medusa(TreeMethod):
         self.depth = self.layout.max_depth
         if pruned:
             self.auto = auto.NodeRates(self.layout.parents, budget.MAX_NODES)
-            self.auto.calibrate(budget.provisional(ctx.target))
         self._vocab_and_weights(ctx, hcfg.get("frequent_ids"), draft_vocab, n)
         self.info = {
             "tree_nodes": self.layout.size,

@@ -77,7 +77,6 @@ class Recycling(TreeMethod):
         self.hot_start = kn.hot_start
         if pruned:
             self.auto = auto.NodeRates(self.layout.parents, budget.MAX_NODES)
-            self.auto.calibrate(budget.provisional(ctx.target))
         self.adj = torch.full((ctx.target.vocab_size, self.width), -1, dtype=torch.long, device=dev)
         self.snapshots: OrderedDict[tuple, torch.Tensor] = OrderedDict()
         self.info = {

@@ -142,6 +142,11 @@ class Sam(TreeMethod):
         super().calibrate(costs, (0.0, *drafting[1:]))  # its own drafting is a lookup
         return self.fallback.calibrate(costs, drafting) if self.fallback else False
 
+    def ready(self) -> None:
+        super().ready()
+        if self.fallback is not None:
+            self.fallback.ready()
+
     def learn(self, proposal, acc, seconds=None) -> None:
         if proposal.bucket is not None:  # a round the automaton drafted
             super().learn(proposal, acc, seconds)

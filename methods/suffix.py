@@ -49,7 +49,7 @@ import torch
 from drafters.suffix_automaton import SuffixAutomaton
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
-from methods import auto, budget, knobs
+from methods import auto, knobs
 from methods.base import TreeMethod, TreeProposal
 
 SHAPES = ("chain", "tree")
@@ -199,7 +199,6 @@ class Suffix(TreeMethod):
         if ctx.k(cfg) == auto.AUTO:  # the node count chosen per round from the scores
             self.k = self.max_k()
             self.auto = auto.TreeChooser(self.k, kn.max_depth)
-            self.auto.calibrate(budget.provisional(ctx.target))
         else:
             self.k = int(ctx.k(cfg) or 0)
         self.shape, self.max_depth = kn.shape, kn.max_depth

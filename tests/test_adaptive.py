@@ -421,3 +421,23 @@ def test_bad_k_is_one_clear_line(tiny_target_dir, tmp_path):
     m = tiny_llama(0)
     with pytest.raises(UserError, match="lookahead"):
         method("lookahead", make_ctx(m, "auto"))
+
+
+@pytest.mark.parametrize("name", ["ngram", "suffix", "eagle"])
+def test_constructors_never_time_the_engine(name, target, tmp_path, monkeypatch):
+    """k=auto's policy is built by the constructor and calibrated before the first turn
+    (Method.ready, untimed) or by the run after its warm-up, never by timing in __init__."""
+    from engines import probe
+
+    timed = []
+    real = probe.step_costs
+    monkeypatch.setattr(probe, "step_costs", lambda *a, **k: timed.append(1) or real(*a, **k))
+    monkeypatch.setattr("methods.budget.step_costs", probe.step_costs)
+    if name == "eagle":
+        save_head(target, "eagle", tmp_path, seed=1)
+        m = eagle_method(target, "eagle", tmp_path, k="auto")
+    else:
+        m = method(name, make_ctx(target, k="auto"))
+    assert m.auto is not None and m.auto.costs is None and not timed
+    res = run(m, prompts(1, seed=5)[0], n=12)  # ready() plans with a provisional curve
+    assert m.auto.costs is not None and res.output_ids

@@ -53,6 +53,7 @@ def generate(
         prompt_ids, capacity, device, sampling, generator, method.target.new_cache(capacity)
     )
     state.max_new = max_new_tokens
+    method.ready()  # untimed: a k=auto policy no run calibrated plans with a provisional curve
     method.start(state)
     clock.reset()
     res = TurnResult(output_ids=[], n_prompt=len(prompt_ids), times_ns={}, target_forwards=1)
