@@ -12,55 +12,27 @@ token).
     mode = choose(setting, weight, rows, device)   # "float" or "int8"
     quantize(module)                               # its nn.Linear layers → int8, native
 
-`setting` is the run's `drafter_weights`: auto (int8 where the native kernels exist and a timing
-of the drafter's largest layer at the rows it drafts with says int8 is faster on this machine),
-float (the drafter's stored values in the target's activation dtype), int8.
+`setting` is the run's `drafter_weights`: auto (int8 where the build has integer SIMD, AVX2 or
+AVX-512, so that the layers run on native_q8a's integer products: chosen by the instruction set,
+never by a clock, since the format changes which tokens are drafted; float elsewhere), float
+(the drafter's stored values in the target's activation dtype), int8.
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from engines.formats import GROUP, Linear
 from groundfloor.errors import UserError
 
 MODES = ("auto", "float", "int8")
-_CHOSEN: dict = {}  # (shape, rows) → the timed choice, once per process
 
 
 def native_ready(device) -> bool:
     from engines.native import kernels
 
     return torch.device(device).type == "cpu" and kernels()[0] is not None
-
-
-def _median_s(fn, x, repeats: int = 15) -> float:
-    fn(x)  # warm (first-call allocation, page faults)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn(x)
-        times.append(time.perf_counter() - t)
-    return sorted(times)[len(times) // 2]
-
-
-def int8_faster(weight: torch.Tensor, rows: int) -> bool:
-    """Time one (rows × in) product with `weight` in float32 (aten) and int8 (native), each
-    side's median of interleaved calls; int8 when it takes at most 0.9× the float time."""
-    key = (tuple(weight.shape), rows)
-    if key not in _CHOSEN:
-        w = weight.detach().float().contiguous()
-        q = to_linear(w)
-        x = torch.randn(rows, w.shape[1])
-        with torch.inference_mode():
-            f = [_median_s(lambda a: F.linear(a, w), x), _median_s(q, x)]
-            f += [_median_s(lambda a: F.linear(a, w), x), _median_s(q, x)]
-        _CHOSEN[key] = min(f[1], f[3]) <= 0.9 * min(f[0], f[2])
-    return _CHOSEN[key]
 
 
 def check(setting: str) -> None:
@@ -87,7 +59,9 @@ def choose(setting: str, weight: torch.Tensor, rows: int, device) -> str:
                 "use drafter_weights=float or auto"
             )
         return "float"
-    if setting == "int8" or int8_faster(weight, rows):
+    from engines import native
+
+    if setting == "int8" or native.integer_simd():
         return "int8"
     return "float"
 
