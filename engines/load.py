@@ -179,22 +179,7 @@ def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[st
     """The projections' kernel (see the module docstring), and why."""
     _check(kernel, KERNELS, "model.kernel")
     cpu = torch.device(device).type == "cpu"
-    if kernel == "onednn" and not (cpu and weights == "float32"):
-        raise UserError(
-            f"model.kernel=onednn runs float32 weights on a CPU, not "
-            f"{weights} on {torch.device(device).type}; use model.kernel=auto"
-        )
-    if kernel in native.FAMILIES:
-        if not (cpu and weights in ("int8", "int4")):
-            raise UserError(
-                f"model.kernel={kernel} runs int8/int4 weights on a CPU, not "
-                f"{weights} on {torch.device(device).type}; use model.kernel=auto"
-            )
-        mod, why = native.kernels()
-        if mod is None:
-            raise UserError(
-                f"model.kernel={kernel}: the native kernels {why}; use model.kernel=aten"
-            )
+    _check_kernel_fits(kernel, weights, cpu, device)
     if kernel != "auto":
         return kernel, {"reason": "asked for"}
     if cpu and weights in ("int8", "int4"):
@@ -213,6 +198,32 @@ def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[st
         return "aten", {
             "reason": "auto: torch's kernels (no alternative for these weights on this device)"
         }
+    return _timed_float_kernel(source)
+
+
+def _check_kernel_fits(kernel: str, weights: str, cpu: bool, device) -> None:
+    """One error line for a model.kernel asked for weights or a device it does not run."""
+    if kernel == "onednn" and not (cpu and weights == "float32"):
+        raise UserError(
+            f"model.kernel=onednn runs float32 weights on a CPU, not "
+            f"{weights} on {torch.device(device).type}; use model.kernel=auto"
+        )
+    if kernel in native.FAMILIES:
+        if not (cpu and weights in ("int8", "int4")):
+            raise UserError(
+                f"model.kernel={kernel} runs int8/int4 weights on a CPU, not "
+                f"{weights} on {torch.device(device).type}; use model.kernel=auto"
+            )
+        mod, why = native.kernels()
+        if mod is None:
+            raise UserError(
+                f"model.kernel={kernel}: the native kernels {why}; use model.kernel=aten"
+            )
+
+
+def _timed_float_kernel(source: Source) -> tuple[str, dict]:
+    """float32 weights on a CPU: torch's (MKL) or oneDNN's products, whichever the model's
+    projection shapes time faster at 1 and 8 rows."""
     c = source.config
     H, I = int(c.hidden_size), int(c.intermediate_size)
     hd = int(getattr(c, "head_dim", None) or H // c.num_attention_heads)

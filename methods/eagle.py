@@ -121,32 +121,11 @@ class Eagle(TreeMethod):
         else:
             self.depth = 6 if k is None else int(k)
         self.top_k = kn.top_k
-        out = self.head.lm_head.weight if self.kind == "eagle3" else self.head.vocab.weight
-        self.weights = weights.choose(ctx.drafter_weights, out, self.top_k, ctx.device)
-        if self.weights == "int8":
-            weights.quantize(self.head)
-            if self.head.vocab is not None:
-                self.head.vocab.quantize()
-        self.head.use_native()  # its layer as one native call where it runs int8 (eagle_native)
+        self.weights = self._head_weights(ctx)
         if self.depth < 1 or self.top_k < 1:
             raise UserError(f"method {self.name}: k={k} and top_k={self.top_k} must be ≥ 1")
-        total = kn.total_tokens
         self.budget_curve, self.ratio, self.asked_depth = None, ratio, self.depth
-        if self.auto is not None:  # k=auto: total_tokens caps the nodes a round may choose
-            total = self.auto.max_nodes if total == "auto" else total
-        elif total == "auto":  # provisional until calibrate() reads the warm curve
-            n, self.budget_curve = budget.auto_tokens(ctx.target, ratio)
-            total = max(n - 1, 1)  # the root rides in the same forward
-        try:
-            self.total_tokens = int(total)
-        except (TypeError, ValueError):
-            raise UserError(
-                f"method.total_tokens={total!r} is not valid; give a positive integer or auto"
-            )
-        if self.total_tokens < 1:
-            raise UserError(
-                f"method.total_tokens={total!r} is not valid; give a positive integer or auto"
-            )
+        self.total_tokens = self._total_tokens(kn.total_tokens, ctx)
         self.info = {
             "depth": self.depth,
             "top_k": self.top_k,
@@ -164,6 +143,37 @@ class Eagle(TreeMethod):
             self.info.update(k="auto", depth=None, total_tokens=None, max_depth=self.depth)
         else:
             self._fit_depth()
+
+    def _head_weights(self, ctx) -> str:
+        """drafter_weights for the head: its layers (and draft-vocabulary rows) int8 where it
+        chooses so, the layer then one native call (drafters.eagle_native)."""
+        out = self.head.lm_head.weight if self.kind == "eagle3" else self.head.vocab.weight
+        mode = weights.choose(ctx.drafter_weights, out, self.top_k, ctx.device)
+        if mode == "int8":
+            weights.quantize(self.head)
+            if self.head.vocab is not None:
+                self.head.vocab.quantize()
+        self.head.use_native()
+        return mode
+
+    def _total_tokens(self, total, ctx) -> int:
+        """method.total_tokens checked: with k=auto the most nodes a round may choose (auto:
+        every node k=auto may pick); with a fixed k the nodes verified per round (auto: from
+        the engine's curve and budget_ratio, provisional until calibrate() reads the warm one)."""
+        if self.auto is not None:
+            total = self.auto.max_nodes if total == "auto" else total
+        elif total == "auto":
+            n, self.budget_curve = budget.auto_tokens(ctx.target, self.ratio)
+            total = max(n - 1, 1)  # the root rides in the same forward
+        try:
+            n = int(total)
+        except (TypeError, ValueError):
+            n = 0
+        if n < 1:
+            raise UserError(
+                f"method.total_tokens={total!r} is not valid; give a positive integer or auto"
+            )
+        return n
 
     def _load_head(self, src, ctx):
         """method.heads (else the model's shipped head): a head of this method's kind."""

@@ -24,11 +24,20 @@ from __future__ import annotations
 
 import torch
 
-from bench.decode.turn import TurnResult, bump
+from bench.decode.turn import TurnResult
 from bench.decode.wholeturn import generate_whole
 from groundfloor.clock import Clock
 from groundfloor.sampling import SamplingParams
 from groundfloor.state import DecodeState
+
+
+def cut(tokens: list[int], budget: int, eos_ids: set[int]) -> tuple[list[int], bool]:
+    """A round's tokens within the budget, up to and including the first EOS; whether it hit one."""
+    tokens = tokens[:budget]
+    for i, t in enumerate(tokens):
+        if t in eos_ids:
+            return tokens[: i + 1], True
+    return tokens, False
 
 
 @torch.inference_mode()
@@ -47,17 +56,9 @@ def generate(
         return generate_whole(
             method, prompt_ids, max_new_tokens, sampling, eos_ids, clock, generator, device
         )
-    device = torch.device(device)
-    capacity = len(prompt_ids) + max_new_tokens + method.max_verify_width()
-    state = DecodeState.start(
-        prompt_ids, capacity, device, sampling, generator, method.target.new_cache(capacity)
-    )
-    state.max_new = max_new_tokens
-    method.ready()  # untimed: a k=auto policy no run calibrated plans with a provisional curve
-    method.start(state)
+    state = begin(method, prompt_ids, max_new_tokens, sampling, generator, torch.device(device))
     clock.reset()
     res = TurnResult(output_ids=[], n_prompt=len(prompt_ids), times_ns={}, target_forwards=1)
-
     with clock.phase("prefill"):
         logits = method.prefill(state)
     with clock.phase("draft"):  # the drafter's own prefill: drafting work, wherever it runs
@@ -67,10 +68,8 @@ def generate(
         state.append([first])
         clock.mark("ttft")
     res.accept_lengths.append(1)
-    if first in eos_ids:
-        res.stop = "eos"
+    res.stop = "eos" if first in eos_ids else res.stop
     budget = max_new_tokens - 1
-
     while budget > 0 and res.stop != "eos":
         with clock.phase("draft"):
             proposal = method.draft(state)
@@ -78,43 +77,51 @@ def generate(
             verified = method.verify(state, proposal)
         with clock.phase("other"):
             acc = method.accept(state, proposal, verified)
-            if state.cache.length != state.length + len(acc.tokens) - 1:
-                raise RuntimeError(
-                    f"{method.name}: cache holds {state.cache.length} "
-                    f"positions after accept, expected "
-                    f"{state.length + len(acc.tokens) - 1}"
-                )
+            check_cache(method, state, acc)
         with clock.phase("draft"):  # the drafter reads the verify (features, tables, caches)
             method.observe(state, proposal, acc)
             # k=auto: the rates the next round's size reads, and the round's measured seconds
             method.learn(proposal, acc, clock.latest_s("draft", "verify", "other"))
         with clock.phase("other"):
-            tokens = acc.tokens[:budget]
-            for i, t in enumerate(tokens):
-                if t in eos_ids:
-                    tokens = tokens[: i + 1]
-                    res.stop = "eos"
-                    break
+            tokens, eos = cut(acc.tokens, budget, eos_ids)
+            res.stop = "eos" if eos else res.stop
             state.append(tokens)
             budget -= len(tokens)
-        res.target_forwards += 1
-        res.verified_tokens += acc.width if acc.width is not None else acc.drafted
-        res.round_start.append(state.length - state.n_prompt - len(tokens))
-        res.round_accepted.append(acc.n_draft_accepted)
-        res.round_depth.append(acc.depth)
-        res.round_k.append(acc.drafted if proposal.chosen is None else proposal.chosen)
-        res.round_steps.append(proposal.steps)
-        res.accept_lengths.append(len(tokens))
-        res.drafted_tokens += acc.drafted
-        res.draft_steps += proposal.steps
-        res.accepted_tokens += acc.n_draft_accepted
-        bump(res.drafted_per_pos, acc.depth)
-        bump(res.accepted_per_pos, acc.n_draft_accepted)
+        res.add_round(proposal, acc, len(tokens), state.length - state.n_prompt - len(tokens))
+    return end(method, state, res, clock)
 
+
+def check_cache(method, state, acc) -> None:
+    """After accept the target's cache holds the committed tokens but the last, then the round's
+    accepted ones: a method that kept more or fewer positions is a bug, caught here."""
+    want = state.length + len(acc.tokens) - 1
+    if state.cache.length != want:
+        raise RuntimeError(
+            f"{method.name}: cache holds {state.cache.length} positions after accept, "
+            f"expected {want}"
+        )
+
+
+def begin(method, prompt_ids, max_new_tokens, sampling, generator, device) -> DecodeState:
+    """The turn's state (its cache sized for the prompt, the tokens and the widest verify), the
+    method readied and started: untimed."""
+    capacity = len(prompt_ids) + max_new_tokens + method.max_verify_width()
+    state = DecodeState.start(
+        prompt_ids, capacity, device, sampling, generator, method.target.new_cache(capacity)
+    )
+    state.max_new = max_new_tokens
+    method.ready()  # a k=auto policy no run calibrated plans with a provisional curve
+    method.start(state)
+    return state
+
+
+def end(method, state, res: TurnResult, clock: Clock) -> TurnResult:
+    """The clock read into the turn's result, then the method's finish (untimed: cross-turn
+    state, e.g. suffix's response cache), the output and the method's memory."""
     res.times_ns = clock.read()
     spans = clock.durations("draft")  # the drafter's prefill, then per round: draft, observe
     res.round_draft_ns = [spans[1 + 2 * i] + spans[2 + 2 * i] for i in range(len(res.round_k))]
-    method.finish(state)  # untimed: cross-turn state (e.g. suffix's response cache)
+    method.finish(state)
     res.output_ids = state.ids[state.n_prompt : state.length].tolist()
     res.static_bytes, res.state_bytes = method.static_bytes(), method.state_bytes(state)
     return res

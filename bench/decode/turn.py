@@ -36,6 +36,23 @@ class TurnResult:
     # speed.py's recount of the answer text (bench.outputs.answers)
     recount_tokens: int | None = None
 
+    def add_round(self, proposal, acc, kept: int, start: int) -> None:
+        """One verify round: its proposal, its methods.base.Accepted, the tokens it kept (after
+        the budget and EOS cut) and the output position it started at."""
+        self.target_forwards += 1
+        self.verified_tokens += acc.width if acc.width is not None else acc.drafted
+        self.round_start.append(start)
+        self.round_accepted.append(acc.n_draft_accepted)
+        self.round_depth.append(acc.depth)
+        self.round_k.append(acc.drafted if proposal.chosen is None else proposal.chosen)
+        self.round_steps.append(proposal.steps)
+        self.accept_lengths.append(kept)
+        self.drafted_tokens += acc.drafted
+        self.draft_steps += proposal.steps
+        self.accepted_tokens += acc.n_draft_accepted
+        bump(self.drafted_per_pos, acc.depth)
+        bump(self.accepted_per_pos, acc.n_draft_accepted)
+
 
 def bump(counts: list[int], upto: int) -> None:
     """counts[i] += 1 for i < upto, growing the list as needed (rounds that reached depth i)."""
