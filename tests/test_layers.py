@@ -100,7 +100,7 @@ def test_every_module_of_bench_is_in_a_room_under_the_contracts():
 # Functions over 50 lines, and over 100, in the non-test code: today's counts, a ratchet on the
 # way to the house rule (at most 12 over 50, none over 100). Lower them as functions are split;
 # a new long function fails here instead of creeping in unseen.
-LONG_FUNCTIONS = 22
+LONG_FUNCTIONS = 20
 VERY_LONG_FUNCTIONS = 0
 
 

@@ -105,6 +105,16 @@ def print_summary(summary: pd.DataFrame, title: str, console: Console | None = N
         )
 
 
+def _errors(r) -> str:
+    """A serving cell's failed requests by kind, and requests never started (the time ran out)."""
+    errs = {e: getattr(r, f"errors_{e}") for e in ("connection", "timeout", "http", "protocol")}
+    shown = ", ".join(f"{v} {e}" for e, v in errs.items() if v) or "0"
+    late = r.not_started
+    if isinstance(late, (int, float)) and late == late and late:
+        shown += f", {int(late)} not started"
+    return shown
+
+
 def print_serve_summary(summary: pd.DataFrame, title: str, console: Console | None = None) -> None:
     """backend=server: throughput, latency percentiles, server counters and every error."""
     console = console or Console()
@@ -130,14 +140,6 @@ def print_serve_summary(summary: pd.DataFrame, title: str, console: Console | No
     ):
         t.add_column(col, justify="left" if col in ("task", "method") else "right")
     for r in summary.itertuples():
-        errs = {e: getattr(r, f"errors_{e}") for e in ("connection", "timeout", "http", "protocol")}
-        shown = ", ".join(f"{v} {e}" for e, v in errs.items() if v) or "0"
-        if (
-            isinstance(r.not_started, (int, float))
-            and r.not_started == r.not_started
-            and r.not_started
-        ):
-            shown += f", {int(r.not_started)} not started"
         t.add_row(
             str(r.task),
             str(r.method),
@@ -146,7 +148,7 @@ def print_serve_summary(summary: pd.DataFrame, title: str, console: Console | No
             str(r.concurrency),
             str(r.n_prompts),
             str(r.requests),
-            shown,
+            _errors(r),
             _f(r.tokens_per_s, "{:.1f}"),
             _f(r.baseline_tokens_per_s, "{:.1f}"),
             _f(r.speedup, "{:.2f}×"),

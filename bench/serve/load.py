@@ -52,6 +52,23 @@ def arrivals(n: int, rate: float | None, seed: int) -> list[float]:
     return out
 
 
+def _conversation(i: int, prompt, send, result, lock, slots) -> None:
+    """Conversation i's turns in order, each reply recorded as it comes (a failed turn ends the
+    conversation); its concurrency slot freed at the end."""
+    try:
+        messages: list[dict] = []
+        for t, text in enumerate(prompt.turns):
+            messages.append({"role": "user", "content": text})
+            reply = send(prompt, t, list(messages))
+            with lock:
+                result.turns.append(Turn(i, prompt, t, list(messages), reply))
+            if reply.error:
+                break
+            messages.append({"role": "assistant", "content": reply.text})
+    finally:
+        slots.release()
+
+
 def run_pass(
     prompts: list,
     send,
@@ -71,20 +88,6 @@ def run_pass(
     threads = []
     t0 = time.perf_counter()
 
-    def conversation(i: int, prompt) -> None:
-        try:
-            messages: list[dict] = []
-            for t, text in enumerate(prompt.turns):
-                messages.append({"role": "user", "content": text})
-                reply = send(prompt, t, list(messages))
-                with lock:
-                    result.turns.append(Turn(i, prompt, t, list(messages), reply))
-                if reply.error:
-                    break
-                messages.append({"role": "assistant", "content": reply.text})
-        finally:
-            slots.release()
-
     deadline = t0 + max_time_s
     for i, (prompt, offset) in enumerate(zip(plan, offsets)):
         wait = min(t0 + offset, deadline) - time.perf_counter()
@@ -94,7 +97,8 @@ def run_pass(
         if left <= 0 or not slots.acquire(timeout=left):  # no start past the deadline
             result.not_started = len(plan) - i
             break
-        th = threading.Thread(target=conversation, args=(i, prompt), daemon=True)
+        args = (i, prompt, send, result, lock, slots)
+        th = threading.Thread(target=_conversation, args=args, daemon=True)
         th.start()
         threads.append(th)
         result.started += 1
