@@ -10,8 +10,8 @@ bits (only where the bytes live changes).
     place_module(module)    # the weight buffers a module owns (views of others are left)
 
 Where the kernel's THP mode is `never`, on other systems, off the CPU, or with
-SPECSWEEP_HUGEPAGES=0, nothing moves. `placed_bytes()` is what this process moved (the run
-records it in env.json).
+SPECSWEEP_HUGEPAGES=0, nothing moves. `placed_bytes()` is what this process moved; the lean
+engine records what it placed in env.json (`engine_choice.hugepages_mb`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def available() -> bool:
     if os.environ.get("SPECSWEEP_HUGEPAGES", "1") == "0" or not sys.platform.startswith("linux"):
         return False
     try:
-        mode = open(THP).read()
+        with open(THP) as f:
+            mode = f.read()
     except OSError:
         return False
     return "[never]" not in mode

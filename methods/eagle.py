@@ -410,7 +410,7 @@ class Eagle(TreeMethod):
         order = torch.sort(-all_est, stable=True).indices[: auto.max_nodes]
         ranked = all_est[order].tolist()
         keep_n = auto.size(ranked, steps)
-        auto.note(keep_n, steps, 1.0 + sum(ranked[:keep_n]))
+        auto.note(keep_n, steps)
         keep = sorted(order[:keep_n].tolist())
         index = {j: i for i, j in enumerate(keep)}
         parents = [index[all_par[j]] if all_par[j] >= 0 else -1 for j in keep]

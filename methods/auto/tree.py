@@ -52,18 +52,17 @@ class Gain:
         self.probes.plain()
         return True
 
-    def note(self, n: int, steps: int, costs: Costs, expect: float | None = None) -> None:
-        """A drafted round's plan: n nodes to verify after `steps` drafter steps, `expect`
-        tokens expected of it (1 + the nodes' calibrated reach)."""
-        self.pending = (n, steps, costs, expect)
+    def note(self, n: int, steps: int, costs: Costs) -> None:
+        """A drafted round's plan: n nodes to verify after `steps` drafter steps."""
+        self.pending = (n, steps, costs)
 
     def realized(self, accepted: int, seconds: float | None = None) -> None:
         """After the verify: a plain round's seconds join their mean; a drafted round's gain
         (1 + accepted)/seconds ÷ 1/plain seconds joins the gain's, and refits ρ. A drafted
         round after plain ones (a probe) first catches the drafter up on them, paid once per
         run of plain rounds and not by steady drafting: its seconds are the model's (ρ
-        included). (Its expected tokens, 1 + the nodes' calibrated reach, kept in `pending`,
-        were tried in place of the accepted ones and measured worse: Medusa's node estimates
+        included). (Its expected tokens, 1 + the nodes' calibrated reach, were tried in place
+        of the accepted ones and measured worse: Medusa's node estimates
         ran high, and its probes switched it back on into losing rounds, 0.91× on make bench
         against 0.97×.)"""
         steady, self.steady = self.steady, self.pending is not None
@@ -71,7 +70,7 @@ class Gain:
             if seconds:
                 self.plain_s = seconds if self.plain_s is None else _mean(self.plain_s, seconds)
             return
-        n, steps, costs, expect = self.pending
+        n, steps, costs = self.pending
         self.pending = None
         plain = self.plain_s or costs.round(0, 0)
         if seconds and steady:
@@ -82,10 +81,11 @@ class Gain:
             g = (1.0 + accepted) / seconds * plain
         else:
             g = (1.0 + accepted) / costs.round(n, steps) * costs.round(0, 0)
-        self.gain = g if self.probing else GAIN_MEAN * self.gain + (1 - GAIN_MEAN) * g
+        self.gain = g if self.probing else _mean(self.gain, g)
 
 
 def _mean(old: float, new: float) -> float:
+    """The running means of Gain: GAIN_MEAN of the past, the rest the new value."""
     return GAIN_MEAN * old + (1 - GAIN_MEAN) * new
 
 
@@ -111,8 +111,8 @@ class TreeChooser(Policy):
     def skip(self) -> bool:
         return self.gains.skip()
 
-    def note(self, n: int, steps: int, expect: float | None = None) -> None:
-        self.gains.note(n, steps, self.costs, expect)
+    def note(self, n: int, steps: int) -> None:
+        self.gains.note(n, steps, self.costs)
 
     def lam(self, depth: int) -> float:
         d = min(depth, self.max_depth)
@@ -211,7 +211,7 @@ class NodeRates(Policy):
         order = sorted(ids, key=lambda i: (-est[i], self.depth[i], i))[: self.max_nodes]
         ranked = [est[i] for i in order]
         n = best_prefix(ranked, self.costs, steps)
-        self.gains.note(n, steps, self.costs, 1.0 + sum(ranked[:n]))
+        self.gains.note(n, steps, self.costs)
         return sorted(order[:n])
 
     def learn(self, proposal, acc, seconds: float | None = None) -> None:
