@@ -7,7 +7,8 @@ To add a method `foo`:
    `TreeProposal` and inherits the shared verify and accept; `after_accept` reads the forward.
    Keep per-turn state in `state.aux`; state that outlives a turn (a cross-request cache) on
    the method object, updated in `finish`; never time anything; never decide when to stop.
-2. `conf/method/foo.yaml`: `_target_: methods.foo.Foo`, `name: foo`, `k: <default>`, knobs.
+2. `conf/method/foo.yaml`: `_target_: methods.foo.Foo`, `name: foo`, `k: <default>`, knobs,
+   and the `_test` block (a bad-input case per knob; docs/recipes.md).
    Read the knobs as typed fields: a frozen dataclass `FooKnobs` (types, no defaults) and
    `kn = methods.knobs.read(cfg, FooKnobs)` in `__init__`; a wrong type is refused in one line.
 A method stands on the floors below it only: `groundfloor` (sampling rules, tree vocabulary,
@@ -17,7 +18,8 @@ never on `bench` (import-linter fails `make test` on such an import). It is buil
 the tests alike (a partial node is completed from that YAML); its knobs' defaults are written
 once, there.
 Then `python -m bench method=foo` runs it against the interleaved `ar` baseline; docs/recipes.md
-lists what else finds it on its own and the test entries still written by hand.
+lists what else finds it on its own; its tests' bad-knob cases and tiny-model knobs are the
+`_test` block of its YAML.
 A peer implemented elsewhere that decodes a whole turn itself (transformers' `generate()`:
 `hf_pld`, `hf_assisted`) subclasses `methods.hf_generate.HFGenerate` instead and names its
 `generate()` arguments; `bench.decode.wholeturn` runs it under the same clock, budget and verdict.

@@ -143,3 +143,30 @@ def compose(overrides: list[str]):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return hcompose("config", overrides=overrides)
+
+
+@pytest.fixture(scope="session")
+def env(tmp_path_factory, tiny_draft_dir):
+    """The tiny target on both engine kinds the methods need, and real (random) drafters for
+    each learned method: what helpers.build gives every method of conf/method/."""
+    from helpers import random_heads, save_head
+
+    from drafters import medusa as heads_io
+    from engines.load import wrap
+
+    lean, hf = wrap(tiny_llama(0), "lean"), wrap(tiny_llama(0), "hf")
+    d = tmp_path_factory.mktemp("heads")
+    heads_io.save(
+        random_heads(lean.output_weight().shape[1], 4, 1),
+        d / "medusa",
+        "tiny",
+        extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4},
+    )
+    return {
+        "lean": lean,
+        "hf": hf,
+        "medusa": d / "medusa",
+        "draft": tiny_draft_dir,
+        "eagle": save_head(lean, "eagle", d / "eagle"),
+        "eagle3": save_head(lean, "eagle3", d / "eagle3"),
+    }

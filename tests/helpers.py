@@ -38,13 +38,15 @@ def make_ctx(target, k=None):
     )
 
 
-TEST_K = {"ngram": 4, "oracle": 4}  # the tests' draft lengths where they differ from the YAML
+def tiny_knobs(name) -> dict:
+    """The knobs a method takes on the tests' tiny models: its YAML's `_test.tiny`."""
+    node = method_config(name).get("_test") or {}
+    return OmegaConf.to_container(node.get("tiny") or OmegaConf.create({}))
 
 
 def method(name, ctx, **kw):
     """conf/method/<name>.yaml with the tests' knobs: the one method loader of the tests."""
-    knobs = {"k": TEST_K[name]} if name in TEST_K else {}
-    return build_method(method_config(name, {**knobs, **kw}), ctx)
+    return build_method(method_config(name, {**tiny_knobs(name), **kw}), ctx)
 
 
 def run(m, prompt, n=40, eos=frozenset()):
@@ -100,3 +102,20 @@ def random_heads(hidden, n, seed):
     for blk in h.blocks:
         torch.nn.init.normal_(blk[0].linear.weight, std=0.3)
     return h
+
+
+DRAFTERS = ("draft", "medusa", "eagle", "eagle3")
+
+
+def build(env, name, knobs, drafters=True):
+    """conf/method/<name>.yaml with `knobs` over it, on the engine it needs (conftest's `env`);
+    the model config names the test's drafters (or, drafters=False, none of them)."""
+    ctx = make_ctx(env[engine_of(name)])
+    ctx.model_cfg = OmegaConf.create({d: str(env[d]) if drafters else None for d in DRAFTERS})
+    return build_method(method_config(name, knobs), ctx)
+
+
+def engine_of(name) -> str:
+    """The engine a method runs on in the tests: its YAML's `engine` (transformers' generate()
+    peers: hf), else lean."""
+    return str(method_config(name).get("engine") or "lean")

@@ -12,13 +12,12 @@ import ast
 import inspect
 
 import pytest
-from conftest import compose, tiny_llama
-from helpers import make_ctx
+from conftest import compose
+from helpers import build, make_ctx
 from omegaconf import OmegaConf
 
 from bench.run import config
 from bench.run.config import CONF, check_overrides, method_defaults, validate
-from engines.load import wrap
 from groundfloor.errors import UserError
 from methods.registry import build_method
 
@@ -129,118 +128,28 @@ def test_every_rule_has_a_case():
     assert not missing, f"rules in bench/run/config.py without a bad-input case: lines {missing}"
 
 
-# --- method knobs -------------------------------------------------------------------------
-
-NO_CASE = {  # (method, knob): why no value of the knob's type can be wrong
-    ("ar", "k"): "ar drafts nothing; a sweep's top-level k reaches it and is ignored",
-    ("hf_assisted", "engine"): "names the engine the method needs: the method=hf_pld/engine=lean "
-    "rule above",
-    ("hf_pld", "engine"): "as hf_assisted's",
-    ("hf_ar", "engine"): "as hf_assisted's",
-    ("hf_ar", "k"): "hf_ar drafts nothing, as ar",
-    ("suffix", "max_spec_offset"): "any real: a negative offset asks for longer matches",
-    ("lookahead", "pool_from_prompt"): "true or false (the type check below)",
-    ("recycling", "hot_start"): "true or false (the type check below)",
-    ("suffix", "reuse_same_prompt"): "true or false (the type check below)",
-}
-
-KNOBS = [  # (method, {knob: bad value}, message)
-    ("draft", {"k": 0}, "method.k=0 is not valid for draft; use an integer >= 1"),
-    ("draft", {"model": "/nonexistent/draft"}, "'/nonexistent/draft'"),
-    ("oracle", {"k": 0}, "method.k=0 is not valid for oracle; use an integer >= 1"),
-    ("ngram", {"k": 0}, "method.k=0 is not valid for ngram; use an integer >= 1"),
-    ("ngram", {"min_n": 0}, "method.min_n=0, method.max_n=3: need 1 <= min_n <= max_n"),
-    ("ngram", {"max_n": 0}, "method.min_n=1, method.max_n=0: need 1 <= min_n <= max_n"),
-    ("hf_pld", {"k": 0}, "method.k=0 is not valid for hf_pld; use an integer >= 1"),
-    ("hf_pld", {"max_n": 0}, "method.max_n=0 is not valid for hf_pld; use an integer >= 1"),
-    ("hf_assisted", {"k": 0}, "method.k=0 is not valid for hf_assisted; use an integer >= 1"),
-    ("hf_assisted", {"model": "/nonexistent/draft"}, "'/nonexistent/draft'"),
-    (
-        "hf_assisted",
-        {"schedule": "often"},
-        "method.schedule='often' is not valid; choose one of: constant, heuristic",
-    ),
-    (
-        "hf_assisted",
-        {"confidence": 2.0},
-        "method.confidence=2.0 is not valid for hf_assisted; use a probability in [0, 1]",
-    ),
-    ("medusa", {"k": 0}, "method.k=0 is not valid for medusa"),
-    ("medusa", {"heads": "/nonexistent/heads"}, "method.heads='/nonexistent/heads'"),
-    ("medusa", {"num_heads": 9}, "method.num_heads=9 is not valid; the heads in"),
-    ("medusa", {"tree": "huge"}, "method.tree='huge' is unknown; choose one of: auto"),
-    ("medusa", {"tree_size": 0}, "method.tree_size=0 is not valid for medusa; use an integer >= 1"),
-    (
-        "medusa",
-        {"acceptance": "lossy"},
-        "method.acceptance='lossy' is not valid for medusa; choose one of: exact",
-    ),
-    ("medusa", {"draft_vocab": 0}, "method.draft_vocab=0 is not valid for medusa"),
-    (
-        "medusa",
-        {"acceptance": "typical", "posterior_threshold": 0.0},
-        "method.posterior_threshold=0.0 is not valid for medusa-typical; use a probability in "
-        "(0, 1]",
-    ),
-    (
-        "medusa",
-        {"acceptance": "typical", "posterior_alpha": -1.0},
-        "method.posterior_alpha=-1.0 is not valid for medusa-typical; use a value > 0",
-    ),
-    ("eagle", {"k": 0}, "method eagle: k=0 and top_k=8 must be ≥ 1"),
-    ("eagle", {"heads": "/nonexistent/head"}, "method.heads='/nonexistent/head'"),
-    ("eagle", {"top_k": 0}, "method eagle: k=auto and top_k=0 must be ≥ 1"),
-    (
-        "eagle",
-        {"total_tokens": 0},
-        "method.total_tokens=0 is not valid; give a positive integer or auto",
-    ),
-    (
-        "eagle",
-        {"budget_ratio": 0.5},
-        "method.budget_ratio=0.5 is not valid for eagle; use a factor >= 1",
-    ),
-    ("eagle", {"draft_vocab": 0}, "method.draft_vocab=0 is not valid for eagle"),
-    ("eagle3", {"k": 0}, "method eagle3: k=0 and top_k=8 must be ≥ 1"),
-    ("eagle3", {"heads": "/nonexistent/head"}, "method.heads='/nonexistent/head'"),
-    ("eagle3", {"top_k": 0}, "method eagle3: k=auto and top_k=0 must be ≥ 1"),
-    ("eagle3", {"total_tokens": "lots"}, "method.total_tokens='lots' is not valid"),
-    ("eagle3", {"budget_ratio": 0.0}, "method.budget_ratio=0.0 is not valid for eagle3"),
-    ("lookahead", {"k": 0}, "N=1"),
-    ("lookahead", {"W": 0}, "W=0, N=3, G=4: need W >= 1, N >= 2 (k >= 1), G >= 0"),
-    ("lookahead", {"N": 1}, "W=4, N=1, G=4: need W >= 1, N >= 2"),
-    ("lookahead", {"G": -1}, "W=4, N=3, G=-1: need"),
-    ("recycling", {"k": 0}, "method.tree='medium' with k=0 leaves no node; use k >= 1"),
-    ("recycling", {"tree": "huge"}, "method.tree='huge' is unknown"),
-    ("sam", {"k": 0}, "method.k=0 is not valid for sam; use an integer >= 1 (tokens drafted)"),
-    ("sam", {"min_match": 0}, "method.min_match=0: use an integer >= 1"),
-    ("sam", {"corpus": "/nonexistent.txt"}, "method.corpus='/nonexistent.txt' is not a file"),
-    ("sam", {"fallback": "ngram"}, "method.fallback='ngram': choose one of: eagle, eagle3, medusa"),
-    ("sam", {"fallback": "eagle", "fallback_overrides": {"top_k": 0}}, "top_k=0 must be ≥ 1"),
-    ("suffix", {"k": 0}, "method suffix: k=0: use an integer >= 1"),
-    ("suffix", {"shape": "star"}, "method.shape='star': choose one of: chain, tree"),
-    ("suffix", {"max_depth": 1}, "method.max_depth=1: use an integer >= 2"),
-    ("suffix", {"max_spec_factor": -1.0}, "method.max_spec_factor=-1.0: use a value >= 0"),
-    ("suffix", {"min_token_prob": 2.0}, "method.min_token_prob=2.0: use a value in [0, 1]"),
-    ("suffix", {"max_cached": -1}, "method.max_cached=-1: use an integer >= 0"),
-    ("draft", {"max_k": 0}, "method.max_k=0 is not valid for draft; use an integer >= 1"),
-    ("eagle", {"max_k": 0}, "method.max_k=0 is not valid for eagle; use an integer >= 1"),
-    ("eagle3", {"max_k": 0}, "method.max_k=0 is not valid for eagle3; use an integer >= 1"),
-    ("ngram", {"max_k": 0}, "method.max_k=0 is not valid for ngram; use an integer >= 1"),
-    ("oracle", {"max_k": 0}, "method.max_k=0 is not valid for oracle; use an integer >= 1"),
-    ("sam", {"max_k": 0}, "method.max_k=0 is not valid for sam; use an integer >= 1"),
-    ("suffix", {"max_k": 0}, "method.max_k=0 is not valid for suffix; use an integer >= 1"),
-    ("draft", {"fixed_k": 0}, "method.fixed_k=0 is not valid for draft; use an integer >= 1"),
-    ("eagle", {"fixed_k": 0}, "method.fixed_k=0 is not valid for eagle; use an integer >= 1"),
-    ("eagle3", {"fixed_k": 0}, "method.fixed_k=0 is not valid for eagle3; use an integer >= 1"),
-    ("ngram", {"fixed_k": 0}, "method.fixed_k=0 is not valid for ngram; use an integer >= 1"),
-    ("sam", {"fixed_k": 0}, "method.fixed_k=0 is not valid for sam; use an integer >= 1"),
-    ("suffix", {"fixed_k": 0}, "method.fixed_k=0 is not valid for suffix; use an integer >= 1"),
-]
+# --- method knobs: the cases live in each method's YAML (`_test`) -------------------------
 
 
 def method_names() -> list[str]:
     return sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
+
+
+def yaml_cases(name: str) -> dict:
+    """The `_test` block of conf/method/<name>.yaml: the method's bad-knob cases (`bad`), the
+    knobs no value of their type makes wrong (`any_value`, with why) and its tiny-model knobs."""
+    return method_defaults(name).get("_test") or {}
+
+
+# (method, {knob: bad value}, message), from each method's YAML
+KNOBS = [
+    (m, case["knobs"], case["says"])
+    for m in method_names()
+    for case in yaml_cases(m).get("bad", [])
+]
+NO_CASE = {
+    (m, k): why for m in method_names() for k, why in yaml_cases(m).get("any_value", {}).items()
+}
 
 
 def knobs_of(name: str) -> list[str]:
@@ -251,43 +160,6 @@ def test_every_method_knob_has_a_case_or_a_reason():
     covered = {(m, k) for m, kw, _ in KNOBS for k in kw} | set(NO_CASE)
     missing = [(m, k) for m in method_names() for k in knobs_of(m) if (m, k) not in covered]
     assert not missing, f"method knobs without a bad-input case: {missing}"
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory, tiny_draft_dir):
-    """Targets on both engine kinds the methods need, and real (random) heads for each."""
-    from helpers import random_heads, save_head
-
-    from drafters import medusa as heads_io
-
-    lean, hf = wrap(tiny_llama(0), "lean"), wrap(tiny_llama(0), "hf")
-    d = tmp_path_factory.mktemp("heads")
-    heads_io.save(
-        random_heads(lean.output_weight().shape[1], 4, 1),
-        d / "medusa",
-        "tiny",
-        extra={"rank_accuracy": [[0.5, 0.2, 0.1]] * 4},
-    )
-    return {
-        "lean": lean,
-        "hf": hf,
-        "medusa": d / "medusa",
-        "draft": tiny_draft_dir,
-        "eagle": save_head(lean, "eagle", d / "eagle"),
-        "eagle3": save_head(lean, "eagle3", d / "eagle3"),
-    }
-
-
-DRAFTERS = ("draft", "medusa", "eagle", "eagle3")
-
-
-def build(env, name, knobs, drafters=True):
-    """The method's YAML with `knobs` over it, on the engine it needs; the model config names
-    the test's drafters (or, drafters=False, none of them)."""
-    node = OmegaConf.merge(OmegaConf.load(CONF / "method" / f"{name}.yaml"), knobs)
-    ctx = make_ctx(env["hf" if name.startswith("hf_") else "lean"])
-    ctx.model_cfg = OmegaConf.create({d: str(env[d]) if drafters else None for d in DRAFTERS})
-    return build_method(node, ctx)
 
 
 @pytest.mark.parametrize("name", method_names())

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import pytest
 from conftest import tiny_llama
-from helpers import make_ctx, method, prompts, run
+from helpers import build, engine_of, make_ctx, method, prompts, run, tiny_knobs
+
+from methods.registry import method_names
+
+
+@pytest.mark.parametrize("name", method_names())
+def test_every_method_reproduces_its_baseline(env, name):
+    """Every method of conf/method/, with its YAML's tiny-model knobs and conftest's random
+    drafters, greedy: token for token the plain baseline of its engine (`ar`; `hf_ar` for
+    transformers' generate() peers). A new method is covered by its file and its YAML alone."""
+    base = build(env, "hf_ar" if engine_of(name) == "hf" else "ar", {})
+    m = build(env, name, tiny_knobs(name))
+    for p in prompts(3, seed=7):
+        assert run(m, p, n=24).output_ids == run(base, p, n=24).output_ids
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 8])

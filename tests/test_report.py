@@ -225,15 +225,20 @@ def test_bad_answer_file_names_file_and_line(tmp_path):
 
 
 def test_a_category_rows_tau_interval_is_bootstrapped_within_the_category():
-    from bench.report import runs
+    """τ's interval is a registered metric of summary.csv: a category's row bootstraps over that
+    category's units only, the task's row over all of them."""
+    from synthetic_runs import _rec
 
-    rows = [
-        {"task": "qa", "category": c, "role": "method", "repeat": 0, "new_tokens": n,
-         "target_forwards": 10}
-        for c, n in [("a", 10)] * 4 + [("b", 30)] * 4
-    ]  # fmt: skip
-    recs = pd.DataFrame(rows)
-    assert runs._tau_interval(runs.scope_records(recs, "qa", "a")) == (1.0, 1.0)
-    assert runs._tau_interval(runs.scope_records(recs, "qa", "b")) == (3.0, 3.0)
-    lo, hi = runs._tau_interval(runs.scope_records(recs, "qa", "all"))
-    assert lo < 2 < hi  # the task's row spans both
+    from bench.outputs.metrics import summarize
+
+    rows = []
+    for i, (cat, fwd) in enumerate([("a", 40)] * 4 + [("b", 10)] * 4):
+        for role, f in (("baseline", 40), ("method", fwd)):
+            r = _rec(
+                "qa", f"p{i}", 0, 0, role, "ngram", 2, 0.0, "cpu", 40, f, 1.0, 9, 3, [], [], "exact"
+            )
+            rows.append({**r, "category": cat})
+    s = summarize(pd.DataFrame(rows)).set_index("category")
+    assert (s.loc["a", "tau_ci_low"], s.loc["a", "tau_ci_high"]) == (1.0, 1.0)
+    assert (s.loc["b", "tau_ci_low"], s.loc["b", "tau_ci_high"]) == (4.0, 4.0)
+    assert s.loc["all", "tau_ci_low"] < s.loc["all", "tau"] < s.loc["all", "tau_ci_high"]

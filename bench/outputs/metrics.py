@@ -11,6 +11,7 @@ Rows: one per task × method config, per (task, category) when a task spans seve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -131,13 +132,24 @@ class Metric:
 METRICS: list[Metric] = []
 
 
-def metric(*columns: str, doc: str):
+def metric(*columns: str, doc: str, interval: bool = False):
     """Register a summary metric: its definition (the function), its columns and one line of
     documentation, in one place; summary.csv's columns follow the registration order, and
-    tests/test_metrics.py checks that docs/metrics.md defines every column."""
+    tests/test_metrics.py checks that docs/metrics.md defines every column. interval=True: each
+    name fills three columns, `name`, `name_ci_low`, `name_ci_high`, and the function returns a
+    (value, low, high) triple per name (one triple for one name)."""
 
     def register(fn):
-        METRICS.append(Metric(columns, fn, doc))
+        if not interval:
+            METRICS.append(Metric(columns, fn, doc))
+            return fn
+        names = tuple(f"{c}{end}" for c in columns for end in ("", "_ci_low", "_ci_high"))
+
+        def flat(x: Scope):
+            triples = fn(x)
+            return tuple(v for t in (triples if len(columns) > 1 else (triples,)) for v in t)
+
+        METRICS.append(Metric(names, flat, doc))
         return fn
 
     return register
@@ -161,8 +173,7 @@ def _tokens_per_s(x: Scope):
 
 @metric(
     "speedup",
-    "speedup_ci_low",
-    "speedup_ci_high",
+    interval=True,
     doc="median over units of the median pair ratio; bootstrap 95% interval",
 )
 def _speedup(x: Scope):
@@ -219,11 +230,36 @@ def _flags(x: Scope):
     return f["disturbed_units"], f["remeasured"], f["unclean_units"]
 
 
-TAUS = ("tau", "tau_round", "accepted_per_round", "tau_request")
+TAUS = ("accepted_per_round", "tau_request")
 DETAIL = ("alpha_per_pos", "alpha_marginal", "accept_hist", "accept_by_depth", "accept_by_position")
 
 
-@metric(*TAUS, doc="τ and its variants (bench.outputs.acceptance)")
+@metric(
+    "tau",
+    "tau_round",
+    interval=True,
+    doc="τ (Σ new ÷ Σ target forwards) and τ per round (bench.outputs.acceptance), each with its "
+    "95% bootstrap interval over prompt × turn units (repeat 0)",
+)
+def _tau_intervals(x: Scope):
+    r, nan = x.rep0, (math.nan, math.nan)
+    ones = np.ones(len(r))
+    tau = (
+        bootstrap_ratio(r.new_tokens.to_numpy(), r.target_forwards.to_numpy(), ones, ones)
+        if len(r) and r.target_forwards.sum()
+        else nan
+    )
+    if not len(r) or "round_accepted" not in r or r.round_accepted.isna().any():
+        per_round = nan
+    else:
+        acc, rounds = (np.array(v, dtype=float) for v in acceptance.round_counts(r))
+        per_round = (
+            (1.0, 1.0) if rounds.sum() == 0 else bootstrap_ratio(acc + rounds, rounds, ones, ones)
+        )
+    return (x.draft["tau"], *tau), (x.draft["tau_round"], *per_round)
+
+
+@metric(*TAUS, doc="τ's other variants (bench.outputs.acceptance)")
 def _taus(x: Scope):
     return tuple(x.draft[c] for c in TAUS)
 

@@ -6,6 +6,7 @@ every finished prompt, and a resumed run (bench.run.cells) continues after them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -38,12 +39,15 @@ def record(
     verdict: dict,
     unit: dict,
 ) -> dict:
-    """One line of records.jsonl. info: the run's shared fields (run_info); unit: the
-    turn's load sample and interference flags (bench.run.interference)."""
+    """One line of records.jsonl. info: the run's shared fields (run_info); res: the turn's
+    TurnResult, every field of which is written (turn_fields); unit: the turn's load sample and
+    interference flags (bench.run.interference)."""
     t = res.times_ns
     new = len(res.output_ids)
     wall = t["wall"] / 1e9
     ttft = t.get("ttft", 0) / 1e9
+    fields = turn_fields(res)
+    ids = fields.pop("output_ids")  # last: the longest field
     return {
         "task": prompt.task,
         "category": prompt.category,
@@ -54,43 +58,42 @@ def record(
         "role": role,
         **info,
         "method_run": method_run,
-        "prompt_tokens": res.n_prompt,
         "new_tokens": new,
-        "recount_tokens": res.recount_tokens,
-        "stop": res.stop,
         "wall_s": wall,
         "host_wall_s": t.get("host_wall", t["wall"]) / 1e9,
-        "prefill_s": t["prefill"] / 1e9,
-        "draft_s": t["draft"] / 1e9,
-        "verify_s": t["verify"] / 1e9,
-        "other_s": t["other"] / 1e9,
+        **{f"{phase}_s": t[phase] / 1e9 for phase in PHASES},
         "ttft_s": ttft,
         "tpot_s": (wall - ttft) / (new - 1) if new > 1 else None,
-        "target_forwards": res.target_forwards,
-        "accept_lengths": res.accept_lengths,
-        "round_accepted": res.round_accepted,
-        "round_depth": res.round_depth,
-        "round_k": res.round_k,
-        "round_start": res.round_start,
-        "round_steps": res.round_steps,
-        "round_draft_s": [ns / 1e9 for ns in res.round_draft_ns],
-        "drafted_tokens": res.drafted_tokens,
-        "verified_tokens": res.verified_tokens,
-        "accepted_tokens": res.accepted_tokens,
-        "draft_steps": res.draft_steps,
-        "drafted_per_pos": res.drafted_per_pos,
-        "accepted_per_pos": res.accepted_per_pos,
-        "static_mb": res.static_bytes / MB,
-        "state_mb": res.state_bytes / MB,
+        **fields,
         "peak_mem_delta_mb": peak / MB if peak is not None else None,
-        "verdict": verdict.get("verdict"),
-        "first_divergence": verdict.get("first_divergence"),
-        "logit_gap": verdict.get("logit_gap"),
-        "method_gap": verdict.get("method_gap"),
-        "dist_pvalue": verdict.get("dist_pvalue"),
+        **{key: verdict.get(key) for key in VERDICT},
         **unit,
-        "output_ids": res.output_ids,
+        "output_ids": ids,
     }
+
+
+PHASES = ("prefill", "draft", "verify", "other")  # the clock's spans of a turn (times_ns)
+VERDICT = ("verdict", "first_divergence", "logit_gap", "method_gap", "dist_pvalue")
+RENAMED = {"n_prompt": "prompt_tokens"}
+
+
+def turn_fields(res) -> dict:
+    """Every field of a TurnResult under its records.jsonl name, so that a new measurement is
+    written with no change here: `*_ns` in seconds as `*_s` (a list element by element),
+    `*_bytes` in MB as `*_mb`, n_prompt as prompt_tokens; times_ns is spread by `record` (one
+    column per phase, with wall, time to first token and time per output token)."""
+    out = {}
+    for f in dataclasses.fields(res):
+        name, value = RENAMED.get(f.name, f.name), getattr(res, f.name)
+        if name == "times_ns":
+            continue
+        if name.endswith("_ns"):
+            name = name[: -len("_ns")] + "_s"
+            value = [v / 1e9 for v in value] if isinstance(value, list) else value / 1e9
+        elif name.endswith("_bytes"):
+            name, value = name[: -len("_bytes")] + "_mb", value / MB
+        out[name] = value
+    return out
 
 
 def run_info(cfg, method_name: str, k, device, choice: dict) -> dict:

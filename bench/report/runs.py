@@ -20,44 +20,18 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import yaml
 
-from bench.outputs import acceptance
-from bench.outputs.metrics import bootstrap_ratio
 from groundfloor.paths import CONF
 
 CONF_METHOD = CONF / "method"
 CELL = ["group", "method", "k", "temperature", "task"]
-RECORD_COLS = [
-    "task",
-    "category",
-    "subcategory",
-    "prompt_id",
-    "turn",
-    "repeat",
-    "role",
-    "method",
-    "method_run",
-    "k",
-    "temperature",
-    "new_tokens",
-    "target_forwards",
-    "round_accepted",
-    "wall_s",
-    "prefill_s",
-    "draft_s",
-    "verify_s",
-    "other_s",
-    "verdict",
-    "first_divergence",
-    "logit_gap",
-    "method_gap",
-    "dist_pvalue",
-    "quiet",
-    "others_cpu",
-]
+# records.jsonl's columns the report leaves out: each turn's token ids (every other column, a
+# new measurement included, is read as the run wrote it)
+LEFT_OUT = ["output_ids"]
+# summary.csv columns an older run may lack (intervals registered since): read as missing
+LATER_COLUMNS = ["tau_ci_low", "tau_ci_high", "tau_round_ci_low", "tau_round_ci_high"]
 
 
 def k_agnostic_methods() -> set[str]:
@@ -140,38 +114,6 @@ def _read_yaml(path: Path) -> dict:
         return {}
 
 
-def _tau_interval(rec: pd.DataFrame) -> tuple[float, float]:
-    """95% bootstrap interval of τ = Σ new ÷ Σ target forwards (resampling prompt × turn)."""
-    rep0 = rec[(rec.role == "method") & (rec.repeat == 0)]
-    if rep0.empty or rep0.target_forwards.sum() == 0:
-        return (math.nan, math.nan)
-    ones = np.ones(len(rep0))
-    return bootstrap_ratio(rep0.new_tokens.to_numpy(), rep0.target_forwards.to_numpy(), ones, ones)
-
-
-def scope_records(records: pd.DataFrame, task: str, category) -> pd.DataFrame:
-    """The records a summary row covers: its task (all: every task) and, on a per-category
-    row, that category only, so its interval is bootstrapped within the category."""
-    if task != "all":
-        records = records[records.task == task]
-    if isinstance(category, str) and category != "all" and "category" in records:
-        records = records[records.category == category]
-    return records
-
-
-def _tau_round_interval(rec: pd.DataFrame) -> tuple[float, float]:
-    """95% bootstrap interval of τ_round (acceptance.tau_round_of) over prompt × turn units; a
-    method without rounds (ar): 1."""
-    rep0 = rec[(rec.role == "method") & (rec.repeat == 0)]
-    if rep0.empty or "round_accepted" not in rep0 or rep0.round_accepted.isna().any():
-        return (math.nan, math.nan)
-    acc, rounds = (np.array(x, dtype=float) for x in acceptance.round_counts(rep0))
-    if rounds.sum() == 0:
-        return (1.0, 1.0)
-    ones = np.ones(len(rep0))
-    return bootstrap_ratio(acc + rounds, rounds, ones, ones)
-
-
 def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cells, records) of one run directory."""
     summary = pd.read_csv(run / "summary.csv")
@@ -193,7 +135,7 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
     path = run / "records.jsonl"
     records = pd.read_json(path, lines=True) if path.exists() and path.stat().st_size else None
     if records is not None:
-        records = records[[c for c in RECORD_COLS if c in records.columns]].copy()
+        records = records.drop(columns=[c for c in LEFT_OUT if c in records.columns])
         for key, val in ident.items():
             records[key] = val
         records["device"] = env.get("device", "unknown")
@@ -201,24 +143,13 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
     for key, val in ident.items():
         cells[key] = val
     cells["device"] = env.get("device") or cells.get("device", "unknown")
-    intervals = [
-        _tau_interval(scope_records(records, t, c)) if records is not None else (math.nan, math.nan)
-        for t, c in zip(cells.task, cells.get("category", pd.Series("all", index=cells.index)))
-    ]
-    cells["tau_ci_low"] = [lo for lo, _ in intervals]
-    cells["tau_ci_high"] = [hi for _, hi in intervals]
-    rounds = [
-        _tau_round_interval(scope_records(records, t, c))
-        if records is not None
-        else (math.nan, math.nan)
-        for t, c in zip(cells.task, cells.get("category", pd.Series("all", index=cells.index)))
-    ]
-    cells["tau_round_ci_low"] = [lo for lo, _ in rounds]
-    cells["tau_round_ci_high"] = [hi for _, hi in rounds]
+    for c in LATER_COLUMNS:
+        if c not in cells:
+            cells[c] = math.nan
     if "tau_round" in cells:  # a method that drafts nothing emits one token per step
         cells["tau_round"] = cells.tau_round.where(cells.tau_round.notna(), 1.0)
     if records is None:
-        records = pd.DataFrame(columns=RECORD_COLS + list(ident) + ["device"])
+        records = pd.DataFrame(columns=list(ident) + ["device"])
     return normalize(cells, agnostic), normalize(records, agnostic)
 
 

@@ -193,7 +193,7 @@ def check_method_knob(methods: list[str], knob: str, value: str) -> None:
         if not defaults:
             continue
         top = knob.split(".", 1)[0]
-        if top not in defaults:
+        if top not in defaults or top.startswith("_"):
             valid = ", ".join(k for k in defaults if not k.startswith("_") and k != "name")
             raise UserError(f"method.{knob}: {m} has no knob {top!r}; its knobs: {valid}")
         default = defaults[top]

@@ -186,9 +186,12 @@ def save_model(m, path: Path) -> Path:
     return path
 
 
-# the random Medusa heads carry neither the frequency list that restricts their vocabulary nor
-# the rank accuracies an auto tree is sized from: a static tree over the full vocabulary
-TINY_KNOBS = {"medusa": ["method.draft_vocab=null", "method.tree=small"]}
+def tiny_knobs(method: str) -> list[str]:
+    """The method's knobs on tiny random models, from its YAML's `_test.tiny` (Medusa's random
+    heads carry neither the frequency list that restricts their vocabulary nor the rank
+    accuracies an auto tree is sized from: a static tree over the full vocabulary)."""
+    tiny = (method_defaults(method).get("_test") or {}).get("tiny") or {}
+    return [f"method.{k}={'null' if v is None else v}" for k, v in tiny.items()]
 
 
 def cell(target: Path, dtype: str, method: str, drafters: dict, extra: dict, device: str, out, a):
@@ -341,7 +344,7 @@ def check(a) -> int:
             drafters = tiny_drafters(target_model, out / "models" / "tiny-drafters")
             # a 32-wide model on a CPU: a second thread only waits for the first
             one = ["device.threads=1"] if device.type == "cpu" else []
-            extra = {m: TINY_KNOBS.get(m, []) + one for m in METHODS}
+            extra = {m: tiny_knobs(m) + one for m in METHODS}
             dtypes = ["float32"]
         else:
             drafters, dtypes, extra = shipped_drafters(), a.dtypes.split(","), {}
