@@ -1,10 +1,11 @@
-"""The job's share of the machine: the CPUs this process may run on, capped by its cgroup's CPU
-quota (v2 cpu.max, v1 cfs quota). Interference is judged against this capacity, and env.json
-records it."""
+"""The machine: the CPU's name, and the job's share of it (the CPUs this process may run on,
+capped by its cgroup's CPU quota: v2 cpu.max, v1 cfs quota). Interference is judged against this
+capacity, and env.json records it."""
 
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
@@ -47,3 +48,14 @@ def job_cpus(root: Path = CGROUP) -> tuple[list[int], float]:
         cpus = list(range(os.cpu_count() or 1))
     quota = cgroup_quota(root)
     return cpus, min(float(len(cpus)), quota) if quota else float(len(cpus))
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -15,9 +15,9 @@ import yaml
 
 from bench.gate import run as gate
 from bench.gate.rules import Tolerances, compare, env_problems, power, threshold
-from bench.outputs.records import dirty_files
 from bench.run.config import group_options
 from groundfloor.errors import UserError
+from groundfloor.provenance import dirty_files
 
 TOL = Tolerances(tau_tol=0.02, exact_match_tol=0.0, speedup_tol=0.15)
 N = 16

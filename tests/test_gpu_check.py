@@ -64,7 +64,7 @@ def test_a_check_measures_afresh_and_resumes_only_when_asked(tmp_path, capsys):
 def test_resume_is_refused_for_other_code_or_settings_and_keeps_the_cells(
     tmp_path, capsys, monkeypatch
 ):
-    from bench.outputs import records
+    from groundfloor import provenance
 
     cells = tmp_path / "cells" / "2020-01-01_00-00-00"
     cells.mkdir(parents=True)
@@ -73,7 +73,7 @@ def test_resume_is_refused_for_other_code_or_settings_and_keeps_the_cells(
     record = json.dumps({"code": code, "settings": settings})
     (cells / "check.json").write_text(record)
     other = {"commit": "b" * 40, "modified": ["bench/decode/loop.py"], "diff": "0123456789abcdef"}
-    monkeypatch.setattr(records, "code_state", lambda: other)
+    monkeypatch.setattr(provenance, "code_state", lambda: other)
     args = [*SMALL, "--out", str(tmp_path), "--resume"]
     assert gpu_check.main([*args, "--tokens", "6"]) == 2
     assert capsys.readouterr().err.splitlines() == [
@@ -82,7 +82,7 @@ def test_resume_is_refused_for_other_code_or_settings_and_keeps_the_cells(
         "(--tokens 4 → 6); they are left as they are: run without resume=true (--resume) to "
         "measure afresh"
     ]
-    monkeypatch.setattr(records, "code_state", lambda: code)
+    monkeypatch.setattr(provenance, "code_state", lambda: code)
     assert gpu_check.main([*args, "--tokens", "6"]) == 2  # the same code: the settings alone
     err = capsys.readouterr().err
     assert "measured at commit" not in err

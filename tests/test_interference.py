@@ -23,7 +23,7 @@ from conftest import compose
 from bench.outputs.metrics import unit_speed
 from bench.run import interference
 from bench.run.runner import Runner, execute
-from groundfloor import machine
+from groundfloor import load, machine
 
 HOGGED = 2  # the prompt (by position) whose first pair runs beside the hog
 REMEASURE = 3
@@ -46,7 +46,7 @@ def hogs():
 
 
 def machine_busy(seconds: float = 1.0) -> float:
-    probe = interference.LoadProbe()
+    probe = load.LoadProbe()
     probe.start()
     time.sleep(seconds)
     return probe.stop()["others_cpu"] or 0.0
@@ -194,7 +194,7 @@ def test_a_hog_on_the_jobs_own_cpu_reads_as_its_whole_capacity():
     try:
         os.sched_setaffinity(0, {cpu})
         time.sleep(0.3)
-        probe = interference.LoadProbe()
+        probe = load.LoadProbe()
         assert probe.cpus == [cpu] and probe.capacity == 1
         probe.start()
         time.sleep(1.0)
@@ -232,7 +232,7 @@ def test_others_inside_a_quota_limited_cgroup_count_against_the_quota(tmp_path):
     """Under a quota of half a CPU, a second process of the job's cgroup using half a CPU for
     the whole turn takes all of it."""
     root = fake_cgroup(tmp_path, "50000 100000", 0)
-    probe = interference.LoadProbe(root)
+    probe = load.LoadProbe(root)
     probe.start()
     time.sleep(0.5)
     dt = time.monotonic() - probe.t0
@@ -245,4 +245,4 @@ def test_another_process_on_the_gpu_is_interference():
     quiet = {"others_cpu": 0.0, "steal": 0.0}
     assert not interference.interfered(quiet, rules)
     assert interference.interfered({**quiet, "gpu_others": 1}, rules)
-    assert interference.gpu_handle(None) is None and interference.LoadProbe().gpu is None
+    assert load.gpu_handle(None) is None and load.LoadProbe().gpu is None

@@ -178,8 +178,8 @@ def test_a_killed_sweep_resumes_without_repeating_finished_work(tiny_target_dir,
 def test_an_interrupted_run_summarises_what_it_finished(tiny_target_dir, tmp_path, monkeypatch):
     from conftest import compose
 
-    from bench.outputs import records
     from bench.run.runner import Runner, execute
+    from groundfloor import provenance
 
     out = tmp_path / "run"
     cfg = compose(["method=ngram", *tiny(tiny_target_dir), "limit=3", f"out={out}"])
@@ -196,7 +196,7 @@ def test_an_interrupted_run_summarises_what_it_finished(tiny_target_dir, tmp_pat
     assert bool(summary.partial.iloc[0]) and summary.n_prompts.iloc[0] == 2
     state = json.loads((out / "cell.json").read_text())
     assert (state["status"], state["prompts"]) == ("partial", [2, 3])
-    assert state["code"] == records.code_state()  # what a resume is checked against
+    assert state["code"] == provenance.code_state()  # what a resume is checked against
     monkeypatch.setattr(Runner, "measure", real)
     summary, _, runner = execute(cfg, out)  # resumed: only the third prompt is measured
     assert not bool(summary.partial.iloc[0]) and summary.n_prompts.iloc[0] == 3

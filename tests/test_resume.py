@@ -11,9 +11,9 @@ import sys
 import pytest
 from conftest import ROOT, compose
 
-from bench.outputs import records
 from bench.run import cells, lifecycle
 from bench.run.runner import Runner, execute
+from groundfloor import provenance
 from groundfloor.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only waits
@@ -123,12 +123,12 @@ def test_a_corrupt_middle_line_is_one_error_line_and_the_file_is_left_as_it_is(
 def test_a_cell_measured_by_other_code_is_refused_and_kept(tiny_target_dir, tmp_path, monkeypatch):
     out = tmp_path / "run"
     cfg = compose([*tiny(tiny_target_dir), "limit=1", f"out={out}"])
-    monkeypatch.setattr(records, "code_state", lambda: CLEAN)
+    monkeypatch.setattr(provenance, "code_state", lambda: CLEAN)
     execute(cfg, out)
     assert cells.read(out)["code"] == CLEAN
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     no_engine(monkeypatch)
-    monkeypatch.setattr(records, "code_state", lambda: OTHER)
+    monkeypatch.setattr(provenance, "code_state", lambda: OTHER)
     with pytest.raises(UserError) as e:
         execute(cfg, out)  # complete: it would be skipped, and report the old code's results
     assert str(e.value).startswith(
@@ -166,11 +166,11 @@ def test_outside_git_a_copy_is_told_apart_by_its_sources(tmp_path):
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "loop.py").write_text("K = 1\n")
     (tmp_path / "bench" / "notes.log").write_text("not code")
-    first = records.sources_hash(tmp_path)
+    first = provenance.sources_hash(tmp_path)
     (tmp_path / "bench" / "notes.log").write_text("still not code")
-    assert records.sources_hash(tmp_path) == first
+    assert provenance.sources_hash(tmp_path) == first
     (tmp_path / "bench" / "loop.py").write_text("K = 2\n")
-    then, now = ({"commit": None, "sources": h} for h in (first, records.sources_hash(tmp_path)))
+    then, now = ({"commit": None, "sources": h} for h in (first, provenance.sources_hash(tmp_path)))
     assert cells.code_change(then, then) is None
     assert cells.code_change(then, {**now, "modified": []}) == (
         f"a copy outside git (sources {first}), this tree is a copy outside git (sources "

@@ -48,10 +48,10 @@ from bench.gate.experiment import (
 from bench.gate.rules import Tolerances, compare, env_problems
 from bench.gate.table import print_table
 from bench.gate.units import stored, units_of
-from bench.outputs.records import dirty_files
 from bench.run.config import check_overrides
 from groundfloor.errors import UserError
 from groundfloor.progress import progress_bar
+from groundfloor.provenance import dirty_files
 
 SUMMARY = ("tau", "exact_match", "speedup", "tokens_per_s", "baseline_tokens_per_s", "k")
 

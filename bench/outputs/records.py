@@ -7,21 +7,18 @@ every finished prompt, and a resumed run (bench.run.cells) continues after them.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import json
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 from engines.cpu import FLAGS_THAT_MATTER, cpu_flags, cpu_kind
+from groundfloor import provenance
 from groundfloor.errors import UserError
-from groundfloor.machine import job_cpus
-from groundfloor.paths import ROOT
+from groundfloor.machine import cpu_name, job_cpus
 
 MB = 1e6
 
@@ -131,75 +128,6 @@ def unit_records(info: dict, prompt, names: dict, runs: dict, verdicts: list[dic
                 yield record(info, prompt, names[role], role, r, t, ids, res, peak, v, unit)
 
 
-def git_sha() -> str | None:
-    """HEAD's commit, with '-dirty' when tracked files differ from it (None outside git)."""
-    code = code_state()
-    if not code["commit"]:
-        return None
-    return code["commit"] + ("-dirty" if code["modified"] else "")
-
-
-@functools.cache
-def code_state() -> dict:
-    """The code this process measures with, read once (the modules are imported by then):
-    {"commit": HEAD, "modified": tracked files that differ from it, "diff": a hash of those
-    differences (None when clean)}; outside git (a copied tree) {"commit": None, "sources": a
-    hash of the code's files}. cell.json keeps it, so that a resumed cell (bench.run.cells) is
-    refused when the code differs."""
-    commit = (_git("rev-parse", "HEAD") or "").strip()
-    if not commit:
-        return {"commit": None, "modified": [], "diff": None, "sources": sources_hash()}
-    modified = dirty_files()
-    diff = _git("diff", "HEAD", "--binary") if modified else None
-    digest = hashlib.sha256(diff.encode()).hexdigest()[:16] if diff is not None else None
-    return {"commit": commit, "modified": modified, "diff": digest}
-
-
-SOURCES = ("groundfloor", "engines", "tasks", "drafters", "methods", "bench", "conf")
-SOURCE_SUFFIXES = (".py", ".yaml", ".cpp", ".h", ".json", ".jsonl")
-
-
-def sources_hash(root: Path = ROOT) -> str:
-    """A hash of the code's files, paths and contents: what tells two copies of the tree apart
-    where there is no git to ask."""
-    files = sorted(
-        p
-        for folder in SOURCES
-        for p in (root / folder).rglob("*")
-        if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts
-    )
-    h = hashlib.sha256()
-    for p in files:
-        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def dirty_files(root: Path = ROOT) -> list[str]:
-    """Tracked files that differ from HEAD (what makes a measurement not reproducible from the
-    commit it names)."""
-    out = _git("status", "--porcelain", "--untracked-files=no", root=root) or ""
-    return [line[3:] for line in out.splitlines() if line.strip()]
-
-
-def _git(*args: str, root: Path = ROOT) -> str | None:
-    try:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def env_info(
     device, target_spec: str, choice: dict, target, method, cost_curve: dict, curve_context=128
 ) -> dict:
@@ -220,7 +148,7 @@ def env_info(
         "cpu_flags": sorted(cpu_flags_of_interest()),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "git_sha": git_sha(),
+        "git_sha": provenance.git_sha(),
         "model": target_spec,
         "dtype": choice["dtype"],
         "engine_choice": choice,

@@ -5,7 +5,7 @@
 
 The hash covers the composed config (every group and key, resolved) except `out` and the
 launcher, so the same cell run again, on any machine, has the same hash; `code` is the code that
-measured it (bench.outputs.records.code_state). With `resume=true` (the default) a directory whose
+measured it (groundfloor.provenance.code_state). With `resume=true` (the default) a directory whose
 cell.json says complete with the same hash is skipped; one that holds records of the same cell
 continues after its last finished prompt (records.jsonl is appended one prompt at a time,
 atomically). A directory holding another cell, or measured by other code (another commit, or
@@ -21,6 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench.outputs import records
+from groundfloor import provenance
 
 IGNORED = ("out",)
 SHOWN = 4  # differing files or settings named in a refusal; the rest are counted
@@ -44,7 +45,7 @@ def read(out: Path) -> dict | None:
 
 def write(out: Path, h: str, status: str, done: int, total: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    state = {"hash": h, "status": status, "prompts": [done, total], "code": records.code_state()}
+    state = {"hash": h, "status": status, "prompts": [done, total], "code": provenance.code_state()}
     tmp = out / "cell.json.tmp"
     tmp.write_text(json.dumps(state))
     tmp.rename(out / "cell.json")

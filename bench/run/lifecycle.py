@@ -18,9 +18,11 @@ from omegaconf import OmegaConf
 
 from bench.outputs import records
 from bench.run import cells
-from bench.run.interference import MIN_WINDOW_S, LoadProbe, Rules, interfered
+from bench.run.interference import Rules, interfered
 from engines.load import load
+from groundfloor import provenance
 from groundfloor.errors import UserError
+from groundfloor.load import MIN_WINDOW_S, LoadProbe
 from groundfloor.paths import writable_dir
 from groundfloor.prompting import encode
 from tasks.loader import load_prompts
@@ -96,7 +98,7 @@ def refuse_other_code(out: Path, state: dict) -> None:
     modified otherwise, would mix two programs' results (or skip a cell the new code never
     ran)."""
     then = cells.recorded_code(out, state)
-    change = then and cells.code_change(then, records.code_state())
+    change = then and cells.code_change(then, provenance.code_state())
     if change:
         raise UserError(
             f"out={str(out)!r} was measured at {change}; its results are left as they "
@@ -160,7 +162,7 @@ def load_watched(spec: str, device, asked: dict, rules: Rules, tries: int = 2):
     machine is done again, up to `tries` times. The choice records what the last load saw
     (`probe_load`), how many loads it took and, when the last one was still disturbed,
     `probes_disturbed` (a warning line says so: a quiet machine may choose otherwise). A load
-    that timed something is watched for interference.MIN_WINDOW_S at least."""
+    that timed something is watched for groundfloor.load.MIN_WINDOW_S at least."""
     watch = LoadProbe(device=device)
     for attempt in range(1, tries + 1):
         watch.start()

@@ -21,11 +21,12 @@ from bench.outputs import records as rec
 from bench.outputs.answers import answer_text, recount, write_answers
 from bench.outputs.verdict import turn_verdicts
 from bench.run import distcheck, lifecycle
-from bench.run.interference import Band, LoadProbe, Rules, measure
-from bench.run.memory import PeakMemory
+from bench.run.interference import Band, Rules, measure
 from engines import probe
 from groundfloor.clock import Clock, settle_heap
 from groundfloor.errors import UserError
+from groundfloor.load import LoadProbe
+from groundfloor.memory import PeakMemory
 from groundfloor.models import load_generation_config, load_tokenizer, resolve_device
 from groundfloor.prompting import encode, eos_ids, seed_for
 from groundfloor.sampling import SamplingParams

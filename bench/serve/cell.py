@@ -26,7 +26,9 @@ from bench.serve import client, scrape
 from bench.serve.load import run_pass
 from bench.serve.server import Server, command, get, server_k
 from groundfloor.errors import UserError
+from groundfloor.machine import cpu_name
 from groundfloor.prompting import encode, seed_for
+from groundfloor.provenance import git_sha
 from tasks.prompt import Prompt
 
 ROLES = ("baseline", "method")
@@ -303,9 +305,9 @@ class Cell:
             "platform": platform.platform(),
             "host": platform.node(),
             "device": str(self.s.device),
-            "cpu": rec.cpu_name(),
+            "cpu": cpu_name(),
             "cpu_count": os.cpu_count(),
-            "git_sha": rec.git_sha(),
+            "git_sha": git_sha(),
             "model": str(self.cfg.model.target),
             "dtype": str(self.s.dtype),
             "engine": f"openai/{self.s.name}",

@@ -331,7 +331,7 @@ def start_peer(model: str, mode: str):
 
 
 def _cpu() -> str:
-    from bench.outputs.records import cpu_name
+    from groundfloor.machine import cpu_name
 
     return cpu_name()
 

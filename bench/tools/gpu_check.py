@@ -41,12 +41,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from bench.outputs import records
-from bench.outputs.records import cpu_name, load
+from bench.outputs.records import load
 from bench.run.cells import code_change
 from bench.run.config import compose, method_defaults
 from bench.run.runner import execute
+from groundfloor import provenance
 from groundfloor.errors import UserError
+from groundfloor.machine import cpu_name
 from groundfloor.models import resolve_device
 from groundfloor.paths import ROOT, group_options, writable_dir
 
@@ -395,7 +396,7 @@ def cells_dir(out: Path, a, device) -> Path:
     """The folder of this check's cells: a new one under out/cells/ (measured afresh), or with
     --resume the last one there, once its record (check.json) shows this code and these
     settings; another is refused in one line, its cells left as they are."""
-    now = {"code": records.code_state(), "settings": settings(a, device)}
+    now = {"code": provenance.code_state(), "settings": settings(a, device)}
     earlier = sorted((out / "cells").glob("*/check.json"))
     if a.resume and earlier:
         refuse_other(earlier[-1].parent, json.loads(earlier[-1].read_text()), now)

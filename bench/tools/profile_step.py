@@ -133,7 +133,7 @@ def main(argv=None) -> dict:
     if a.rows < 1:
         ap.error(f"--rows {a.rows}: use an integer >= 1 (new tokens per forward)")
 
-    from bench.outputs.records import cpu_name
+    from groundfloor.machine import cpu_name
 
     engine, choice = load(
         a.model,
