@@ -43,48 +43,10 @@ def build(
     check_supported(config)
     device = torch.device(device)
     c = config
-    nh, nkv = int(c.num_attention_heads), int(c.num_key_value_heads)
-    hd = int(getattr(c, "head_dim", None) or c.hidden_size // nh)
-    eps = float(c.rms_norm_eps)
-    proj = weights
-    out_fmt = "int8" if weights == "int4" else weights
-
-    def norm(name):
-        return as_float(tensors[name]).to(device=device, dtype=dtype)
-
-    blocks = []
-    for i in range(int(c.num_hidden_layers)):
-        p = f"model.layers.{i}."
-        bias = None
-        if f"{p}self_attn.q_proj.bias" in tensors:  # Qwen2
-            bias = torch.cat([as_float(tensors[f"{p}self_attn.{x}_proj.bias"]) for x in "qkv"]).to(
-                device=device, dtype=dtype
-            )
-        wqkv = fused(
-            [tensors[f"{p}self_attn.{x}_proj.weight"] for x in "qkv"], proj, device, kernel, bias
-        )
-        wo = fused([tensors[f"{p}self_attn.o_proj.weight"]], proj, device, kernel)
-        wgu = fused(
-            [tensors[f"{p}mlp.gate_proj.weight"], tensors[f"{p}mlp.up_proj.weight"]],
-            proj,
-            device,
-            kernel,
-        )
-        wd = fused([tensors[f"{p}mlp.down_proj.weight"]], proj, device, kernel)
-        blocks.append(
-            Block(
-                wqkv,
-                wo,
-                wgu,
-                wd,
-                norm(f"{p}input_layernorm.weight"),
-                norm(f"{p}post_attention_layernorm.weight"),
-                nh,
-                nkv,
-                hd,
-                eps,
-            )
-        )
+    blocks = [
+        block(c, tensors, f"model.layers.{i}.", weights, dtype, device, kernel)
+        for i in range(int(c.num_hidden_layers))
+    ]
     head = tensors.get("lm_head.weight")
     if head is None or getattr(c, "tie_word_embeddings", False):
         head = tensors["model.embed_tokens.weight"]  # tied: the same stored blocks
@@ -92,15 +54,55 @@ def build(
     if weights == "int4" and isinstance(head, Q8_0):
         output = Linear.from_q8_0(head.q, head.d, device=device, kernel=kernel)
     else:
+        out_fmt = "int8" if weights == "int4" else weights
         output = Linear.from_float(as_float(head), out_fmt, device=device, kernel=kernel)
     return LeanModel(
         config,
         blocks,
         embed.to(device=device, dtype=dtype),
-        norm("model.norm.weight"),
+        as_float(tensors["model.norm.weight"]).to(device=device, dtype=dtype),
         output,
         dtype,
         device,
+    )
+
+
+def block(c, tensors: dict, p: str, proj: str, dtype: torch.dtype, device, kernel: str) -> Block:
+    """The layer whose tensors' names start with `p`: fused QKV (with Qwen2's bias) and
+    gate/up projections in format `proj` on `kernel`, its two norms in `dtype`."""
+    nh, nkv = int(c.num_attention_heads), int(c.num_key_value_heads)
+    hd = int(getattr(c, "head_dim", None) or c.hidden_size // nh)
+
+    def norm(name):
+        return as_float(tensors[name]).to(device=device, dtype=dtype)
+
+    bias = None
+    if f"{p}self_attn.q_proj.bias" in tensors:  # Qwen2
+        bias = torch.cat([as_float(tensors[f"{p}self_attn.{x}_proj.bias"]) for x in "qkv"]).to(
+            device=device, dtype=dtype
+        )
+    wqkv = fused(
+        [tensors[f"{p}self_attn.{x}_proj.weight"] for x in "qkv"], proj, device, kernel, bias
+    )
+    wo = fused([tensors[f"{p}self_attn.o_proj.weight"]], proj, device, kernel)
+    wgu = fused(
+        [tensors[f"{p}mlp.gate_proj.weight"], tensors[f"{p}mlp.up_proj.weight"]],
+        proj,
+        device,
+        kernel,
+    )
+    wd = fused([tensors[f"{p}mlp.down_proj.weight"]], proj, device, kernel)
+    return Block(
+        wqkv,
+        wo,
+        wgu,
+        wd,
+        norm(f"{p}input_layernorm.weight"),
+        norm(f"{p}post_attention_layernorm.weight"),
+        nh,
+        nkv,
+        hd,
+        float(c.rms_norm_eps),
     )
 
 

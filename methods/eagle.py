@@ -387,12 +387,7 @@ class Eagle(TreeMethod):
                 f_score, f_est, f_par = f_score[sel], f_est[sel], [f_par[i] for i in pick]
             o = self._expand(cache, base, n - 2 + d, frontier, f_par, f_tok, f_feat, chain)
             steps += 1
-            lp = torch.log_softmax(head.logits(o).float(), -1)
-            ch = lp.topk(K, dim=-1)
-            cand = (f_score[:, None] + ch.values).flatten()
-            kids = ch.indices.flatten()
-            parent_est = f_est.repeat_interleave(K)
-            cand_est = torch.minimum((cand.exp() * auto.lam(d + 1)).clamp(max=1.0), parent_est)
+            kids, cand, cand_est = self._children(o, f_score, f_est, K, d + 1)
             tok.append(kids)
             par.append(frontier.repeat_interleave(K))
             score.append(cand)
@@ -404,6 +399,22 @@ class Eagle(TreeMethod):
             f_feat = o[best // K]
             size += cand.numel()
         cache.truncate(base)
+        return self._best_nodes(tok, par, score, est, steps)
+
+    def _children(self, o, f_score, f_est, K: int, depth: int):
+        """The top-K children of each frontier node from the head's output `o` → (their
+        tokens, cumulative log-probabilities, ŝ: the calibrated reach at `depth`, never above
+        the parent's), flattened frontier-major."""
+        ch = torch.log_softmax(self.head.logits(o).float(), -1).topk(K, dim=-1)
+        cand = (f_score[:, None] + ch.values).flatten()
+        reach = (cand.exp() * self.auto.lam(depth)).clamp(max=1.0)
+        return ch.indices.flatten(), cand, torch.minimum(reach, f_est.repeat_interleave(K))
+
+    def _best_nodes(self, tok, par, score, est, steps: int) -> TreeProposal:
+        """k=auto's proposal from the drafted levels (tokens, parents, log-probabilities and ŝ
+        per node, in creation order): the n nodes of best ŝ, n maximising the expected rate
+        (methods.auto.TreeChooser.size), as a tree."""
+        auto = self.auto
         all_tok, all_par = torch.cat(tok), torch.cat(par).tolist()
         all_est, all_score = torch.cat(est), torch.cat(score)
         # best ŝ first, ties by creation order: a parent (never below its child) comes first
@@ -415,7 +426,7 @@ class Eagle(TreeMethod):
         index = {j: i for i, j in enumerate(keep)}
         parents = [index[all_par[j]] if all_par[j] >= 0 else -1 for j in keep]
         return TreeProposal(
-            tokens=head.to_target(all_tok[keep]),
+            tokens=self.head.to_target(all_tok[keep]),
             layout=TreeLayout.from_parents(parents),
             steps=steps,
             chosen=keep_n,

@@ -97,10 +97,10 @@ def test_every_module_of_bench_is_in_a_room_under_the_contracts():
     assert {r.strip() for layer in layers for r in layer.split("|")} == rooms
 
 
-# Functions over 50 lines, and over 100, in the non-test code: today's counts, a ratchet on the
-# way to the house rule (at most 12 over 50, none over 100). Lower them as functions are split;
-# a new long function fails here instead of creeping in unseen.
-LONG_FUNCTIONS = 20
+# Functions over 50 lines, and over 100, in the non-test code: today's counts, a ratchet within
+# the house rule (at most 12 over 50, none over 100). Lower them as functions are split; a new
+# long function fails here instead of creeping in unseen.
+LONG_FUNCTIONS = 11
 VERY_LONG_FUNCTIONS = 0
 
 
@@ -122,3 +122,16 @@ def test_long_functions_do_not_creep_back():
     over_100 = [x for x in over_50 if x[0] > 100]
     assert len(over_50) <= LONG_FUNCTIONS, over_50
     assert len(over_100) <= VERY_LONG_FUNCTIONS, over_100
+
+
+def test_bench_holds_the_run_not_the_rest():
+    """bench/ (the run, its outputs, the report, the gate, the server backend, the tools) stays
+    at most 47% of the non-test Python: what stands without the run belongs on a lower floor
+    (the machine's probes in groundfloor/, training in train/)."""
+
+    def lines(paths):
+        return sum(len(p.read_text().splitlines()) for p in paths)
+
+    code = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
+    bench = [p for p in code if p.relative_to(ROOT).parts[0] == "bench"]
+    assert lines(bench) <= 0.47 * lines(code), (lines(bench), lines(code))

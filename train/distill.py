@@ -90,13 +90,42 @@ def decode_batch(
     """
     dev = engine.device
     B, W = len(prompts), max(map(len, prompts))
-    valid = (
-        torch.arange(W, device=dev)[None]
-        >= torch.tensor([W - len(p) for p in prompts], device=dev)[:, None]
-    )
     cache = engine.new_cache(W + max_new + 1, batch=B)
-    states = [{} for _ in range(B)]
-    logits = None
+    logits, states, valid = _prefill(engine, prompts, layers, cache, stats)
+    live = list(range(B))  # batch row r answers prompt live[r]
+    hot = torch.tensor([t > 0 for t in temps], device=dev)
+    temp = torch.tensor(temps, device=dev).clamp_min(1e-6)
+    lens = torch.tensor([len(p) for p in prompts], device=dev)
+    answers = [[] for _ in range(B)]
+    for t in range(max_new):
+        nxt = _draw(logits, hot[live], temp[live], generator)
+        ended = []
+        for r, (b, tok) in enumerate(zip(live, nxt.tolist())):
+            answers[b].append(tok)
+            if tok in eos or t + 1 == max_new:
+                ended.append(r)
+        # feed the new tokens (also the last one, for its hidden state when states are kept)
+        if ended and not layers:  # rows that ended leave before the next forward
+            live, valid, nxt = _leave(cache, live, ended, valid, nxt)
+            ended = []
+            if not live:
+                break
+        valid = torch.cat([valid, torch.ones(len(live), 1, dtype=torch.bool, device=dev)], 1)
+        pos = lens[torch.tensor(live, device=dev)] + t
+        logits = _feed(engine, cache, nxt, pos, valid, layers, [states[b] for b in live], stats)
+        if ended:  # with states kept, rows leave only after their last token was fed
+            live, valid, logits = _leave(cache, live, ended, valid, logits)
+            if not live:
+                break
+    return [_answer(p, answers[b], states[b], layers) for b, p in enumerate(prompts)]
+
+
+def _prefill(engine, prompts, layers, cache, stats):
+    """Prefill the batch's prompts into `cache` (left-padded to the longest, length set) →
+    (the last position's float logits per row, per row {layer: [its prompt's states]}, the
+    cache columns each row sees: (B, W) bool)."""
+    dev, W = engine.device, max(map(len, prompts))
+    states, logits = [{} for _ in prompts], None
     for group in prefill_groups([len(p) for p in prompts]):
         # prefill a group of similar lengths alone, then place its keys and values right-aligned
         # in the batch's cache: padding costs no compute, and the mask hides the columns between
@@ -110,7 +139,7 @@ def decode_batch(
         cache.k[:, rows, :, W - w : W] = part.k[:, :, :, :w]
         cache.v[:, rows, :, W - w : W] = part.v[:, :, :, :w]
         if logits is None:
-            logits = out.logits.new_empty(B, out.logits.shape[-1], dtype=torch.float32)
+            logits = out.logits.new_empty(len(prompts), out.logits.shape[-1], dtype=torch.float32)
         logits[rows] = out.logits[:, -1].float()
         for j, b in enumerate(group):
             states[b] = {
@@ -119,56 +148,48 @@ def decode_batch(
         if stats is not None:
             stats["prefill"] += ids.numel()
     cache.length = W
-    live = list(range(B))  # batch row r answers prompt live[r]
-    hot = torch.tensor([t > 0 for t in temps], device=dev)
-    temp = torch.tensor(temps, device=dev).clamp_min(1e-6)
-    lens = torch.tensor([len(p) for p in prompts], device=dev)
-    answers = [[] for _ in range(B)]
-    for t in range(max_new):
-        nxt = logits.argmax(-1)
-        rows_hot = hot[live].nonzero()[:, 0]
-        if rows_hot.numel():  # draw only for the rows that sample
-            p = torch.softmax(logits[rows_hot] / temp[live][rows_hot, None], -1)
-            nxt[rows_hot] = torch.multinomial(p, 1, generator=generator)[:, 0]
-        toks = nxt.tolist()
-        ended = []
-        for r, (b, tok) in enumerate(zip(live, toks)):
-            answers[b].append(tok)
-            if tok in eos or t + 1 == max_new:
-                ended.append(r)
-        # feed the new tokens (also the last one, for its hidden state when states are kept)
-        if ended and not layers:  # rows that ended leave before the next forward
-            live, valid, nxt = _leave(cache, live, ended, valid, nxt)
-            ended = []
-            if not live:
-                break
-        valid = torch.cat([valid, torch.ones(len(live), 1, dtype=torch.bool, device=dev)], 1)
-        ix = torch.tensor(live, device=dev)
-        out = engine.forward(
-            nxt[:, None],
-            cache,
-            positions=(lens[ix] + t)[:, None],
-            mask=valid[:, None, :],
-            logits_to_keep=1,
-            hidden=tuple(layers),
-        )
-        if stats is not None:
-            stats["decode"] += len(live)
-        for r, b in enumerate(live):
-            for l in layers:
-                states[b][l].append(out.hidden[l][r].to(torch.bfloat16).cpu())
-        logits = out.logits[:, -1].float()
-        if ended:  # with states kept, rows leave only after their last token was fed
-            live, valid, logits = _leave(cache, live, ended, valid, logits)
-            if not live:
-                break
-    rows = []
-    for b, p in enumerate(prompts):
-        row = {"ids": torch.tensor(p + answers[b], dtype=torch.int32), "start": len(p)}
-        if layers:
-            row["hidden"] = {l: torch.cat(states[b][l])[: len(p) + len(answers[b])] for l in layers}
-        rows.append(row)
-    return rows
+    valid = (
+        torch.arange(W, device=dev)[None]
+        >= torch.tensor([W - len(p) for p in prompts], device=dev)[:, None]
+    )
+    return logits, states, valid
+
+
+def _feed(engine, cache, nxt, pos, valid, layers, states, stats):
+    """One decode step of the live rows: tokens `nxt` at positions `pos` over the visible
+    columns `valid`; each row's states (when kept) appended → the next float logits."""
+    out = engine.forward(
+        nxt[:, None],
+        cache,
+        positions=pos[:, None],
+        mask=valid[:, None, :],
+        logits_to_keep=1,
+        hidden=tuple(layers),
+    )
+    if stats is not None:
+        stats["decode"] += len(nxt)
+    for r, row in enumerate(states):
+        for l in layers:
+            row[l].append(out.hidden[l][r].to(torch.bfloat16).cpu())
+    return out.logits[:, -1].float()
+
+
+def _draw(logits, hot, temp, generator):
+    """Each live row's next token: greedy, or drawn at its temperature where it samples."""
+    nxt = logits.argmax(-1)
+    rows_hot = hot.nonzero()[:, 0]
+    if rows_hot.numel():  # draw only for the rows that sample
+        p = torch.softmax(logits[rows_hot] / temp[rows_hot, None], -1)
+        nxt[rows_hot] = torch.multinomial(p, 1, generator=generator)[:, 0]
+    return nxt
+
+
+def _answer(prompt: list[int], answer: list[int], states: dict, layers) -> dict:
+    """One row of decode_batch's result: its ids, where the answer starts, its states."""
+    row = {"ids": torch.tensor(prompt + answer, dtype=torch.int32), "start": len(prompt)}
+    if layers:
+        row["hidden"] = {l: torch.cat(states[l])[: len(prompt) + len(answer)] for l in layers}
+    return row
 
 
 def _leave(cache, live: list[int], ended: list[int], *per_row: torch.Tensor):
@@ -260,17 +281,10 @@ def pick_batch(
     return max(rates, key=rates.get), rates
 
 
-def build_ids(
-    target: str,
-    rows: list[dict],
-    max_new: int,
-    settings: dict,
-    batch: int | str = 32,
-    progress=None,
-) -> tuple[Path, list[Path]]:
-    """Answer every shard of `rows` that has no id file yet; returns (folder, shard files)."""
-    key = data_key(target, rows, max_new, settings)
-    folder = ids_folder(key, settings)
+def _shards(target: str, rows: list[dict], max_new: int, settings: dict):
+    """The data set's folder (its settings.json written), its shard files, and the indices of
+    those not yet answered (absent, or answering a different number of prompts)."""
+    folder = ids_folder(data_key(target, rows, max_new, settings), settings)
     folder.mkdir(parents=True, exist_ok=True)
     what = {k: settings[k] for k in WHAT_KEYS if k in settings}
     (folder / "settings.json").write_text(
@@ -285,11 +299,14 @@ def build_ids(
         for i, f in enumerate(shards)
         if not f.exists() or _prompts_in(f) != len(rows[i * SHARD : (i + 1) * SHARD])
     ]
-    if not todo:
-        return folder, shards
+    return folder, shards, todo
+
+
+def _answering_engine(target: str, settings: dict, batch, folder: Path):
+    """The engine that answers the prompts, as settings ask (auto: the suite's choice), and
+    `how` it answers (engine, weights, dtype, kernel, device, batch: each shard records it);
+    batch="auto" picks the width with the most decoded tokens per second here."""
     from engines.load import load
-    from groundfloor.models import load_generation_config, load_tokenizer
-    from groundfloor.prompting import eos_ids
 
     how = {k: settings.get(k, "auto") for k in ("engine", "weights", "dtype", "kernel", "device")}
     engine, choice = load(
@@ -305,6 +322,26 @@ def build_ids(
         batch, rates = pick_batch(engine)
         _log(folder, f"batch auto: {batch} (decoded tokens/s by width {rates})")
     how["batch"] = int(batch)
+    return engine, how
+
+
+def build_ids(
+    target: str,
+    rows: list[dict],
+    max_new: int,
+    settings: dict,
+    batch: int | str = 32,
+    progress=None,
+) -> tuple[Path, list[Path]]:
+    """Answer every shard of `rows` that has no id file yet; returns (folder, shard files)."""
+    folder, shards, todo = _shards(target, rows, max_new, settings)
+    if not todo:
+        return folder, shards
+    from groundfloor.models import load_generation_config, load_tokenizer
+    from groundfloor.prompting import eos_ids
+
+    engine, how = _answering_engine(target, settings, batch, folder)
+    batch = how["batch"]
     tok = load_tokenizer(target)
     eos = eos_ids(tok, engine.config, load_generation_config(target))
     flops = 2 * projection_params(engine.config)
@@ -329,18 +366,24 @@ def build_ids(
         tokens += new
         rate = tokens / max(time.time() - t0, 1e-9)
         eta = (time.time() - t0) / n * (len(todo) - n)
-        work = stats["prefill"] + stats["decode"]
-        _log(
-            folder,
-            f"shard {s + 1}/{len(shards)}: {new} answer tokens in {dt:.0f} s "
-            f"({new / dt:.0f}/s; token-forwards {stats['prefill']} prefill + "
-            f"{stats['decode']} decode = {work / max(new, 1):.2f} per answer token, "
-            f"{flops * work / dt / 1e9:.0f} GFLOP/s in the projections); this run "
-            f"{tokens} at {rate:.0f}/s, ETA {eta / 60:.0f} min",
-        )
+        where = f"shard {s + 1}/{len(shards)}: "
+        _log(folder, where + _shard_line(new, dt, stats, flops, tokens, rate, eta))
         if progress:
             progress.update(task, advance=1, description=f"distill {rate:.0f} answer tok/s")
     return folder, shards
+
+
+def _shard_line(new: int, dt: float, stats: dict, flops: int, tokens: int, rate, eta) -> str:
+    """A shard's line of the build log: its answer tokens and rate, the token-forwards they
+    took, the projections' GFLOP/s, and the run's total, rate and time left."""
+    work = stats["prefill"] + stats["decode"]
+    return (
+        f"{new} answer tokens in {dt:.0f} s "
+        f"({new / dt:.0f}/s; token-forwards {stats['prefill']} prefill + "
+        f"{stats['decode']} decode = {work / max(new, 1):.2f} per answer token, "
+        f"{flops * work / dt / 1e9:.0f} GFLOP/s in the projections); this run "
+        f"{tokens} at {rate:.0f}/s, ETA {eta / 60:.0f} min"
+    )
 
 
 def projection_params(config) -> int:

@@ -106,22 +106,10 @@ class EagleSpec(SequenceSpec):
             )
         self.split(data, holdout)
         V = target.config.vocab_size
-        d2t = None
-        self.coverage = 1.0
         counts = answer_counts(self.seqs["train"], V)
         self.frequent = frequent_ids(counts) if kind == "eagle" else None
         self.init = str(init) if init else None
-        if self.init:
-            self.module = self.warm_start(Path(self.init), target, kind)
-            d2t = self.module.d2t if kind == "eagle3" else None
-            if d2t is not None:
-                held = answer_counts(self.seqs["eval"] or self.seqs["train"], V)
-                self.coverage = float(held[d2t].sum() / held.sum().clamp_min(1))
-        else:
-            if kind == "eagle3":
-                d2t, self.coverage = draft_vocab(self.seqs, V, vocab_size or V)
-            cfg = eagle.head_config(target.config, kind)
-            self.module = eagle.EagleHead(cfg, kind, self.layers, d2t).float().attach(target)
+        d2t = self._head(target, kind, vocab_size)
         self.module.embed = self.module.embed.float()
         self.module.out_head = self.module.out_head.float()
         if kind == "eagle":  # cross-entropy over the frequent tokens: V / 8192 times cheaper
@@ -133,6 +121,24 @@ class EagleSpec(SequenceSpec):
             rows = d2t
         out = target.get_output_embeddings().weight.detach().float()
         self.teacher = out if rows is None else out[rows]  # (V_d, H): the target's logit rows
+
+    def _head(self, target, kind: str, vocab_size) -> torch.Tensor | None:
+        """self.module: the head to train, warm-started from `self.init` or new; and
+        self.coverage, the share of answer tokens its draft vocabulary holds → that
+        vocabulary's token ids (EAGLE-3), or None (the full one)."""
+        V, d2t, self.coverage = target.config.vocab_size, None, 1.0
+        if self.init:
+            self.module = self.warm_start(Path(self.init), target, kind)
+            d2t = self.module.d2t if kind == "eagle3" else None
+            if d2t is not None:
+                held = answer_counts(self.seqs["eval"] or self.seqs["train"], V)
+                self.coverage = float(held[d2t].sum() / held.sum().clamp_min(1))
+            return d2t
+        if kind == "eagle3":
+            d2t, self.coverage = draft_vocab(self.seqs, V, vocab_size or V)
+        cfg = eagle.head_config(target.config, kind)
+        self.module = eagle.EagleHead(cfg, kind, self.layers, d2t).float().attach(target)
+        return d2t
 
     def warm_start(self, path: Path, target, kind: str) -> eagle.EagleHead:
         """The head at `path` (published layout), trainable in float32, checked against the

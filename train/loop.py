@@ -70,6 +70,55 @@ def train(
     eval_batches: int = 20,
 ) -> dict:
     out.mkdir(parents=True, exist_ok=True)
+    params, opt, sched = _optimizer(spec, lr, warmup, steps)
+    ckpt = out / "checkpoint.pt"
+    step, epoch, taken, best, best_state, stale = 0, 0, 0, float("inf"), None, 0
+    if resume and ckpt.exists():
+        step, epoch, taken, best, best_state, stale = _restore(ckpt, spec, opt, sched)
+    log = open(out / "train_log.jsonl", "a")
+    task = progress.add_task("train", total=steps, completed=step) if progress else None
+    stream = _stream(spec, seed, epoch, taken)
+    spec.module.train()
+    stopped, t0 = None, time.time()
+    while step < steps and not stopped:
+        batch, epoch, taken = next(stream)
+        loss, acc = _update(spec, batch, params, opt, sched)
+        step += 1
+        rec = {"step": step, "epoch": epoch, "loss": loss}
+        rec["top1_per_pos"] = [round(float(x), 4) for x in acc]
+        rec.update(lr=sched.get_last_lr()[0], elapsed_s=round(time.time() - t0, 1))
+        if step % eval_every == 0 or step == steps:
+            judged = _judge(spec, eval_batches, best, best_state, stale)
+            rec["eval"], best, best_state, stale = judged
+            if patience and stale >= patience:
+                stopped = step
+        log.write(json.dumps(rec) + "\n")
+        log.flush()
+        if progress:
+            what = f"train loss {loss:.3f} top1 {acc.tolist()[0]:.2f}"
+            progress.update(task, completed=step, description=what)
+        if step % ckpt_every == 0 or step == steps or stopped:
+            _save(ckpt, spec, opt, sched, (step, epoch, taken, best, best_state, stale))
+    log.close()
+    if best_state is not None:  # the weights of the best held-out evaluation
+        spec.module.load_state_dict(best_state)
+    final = final_evaluation(spec, step, epoch, stopped, best, t0)
+    (out / "eval.json").write_text(json.dumps(final, indent=2))
+    return final
+
+
+def _judge(spec, eval_batches: int, best: float, best_state, stale: int):
+    """The held-out evaluation → (its result, the best loss so far, the best weights so far,
+    evaluations since the best)."""
+    result = evaluate(spec, max_batches=eval_batches)
+    held = held_out_loss(result)
+    if held < best:
+        return result, held, copy.deepcopy(spec.module.state_dict()), 0
+    return result, best, best_state, stale + 1
+
+
+def _optimizer(spec, lr: float, warmup: int, steps: int):
+    """(trainable parameters, AdamW without weight decay, linear warm-up then cosine decay)."""
     params = [p for p in spec.module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -78,70 +127,34 @@ def train(
             min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
         ),
     )
-    ckpt = out / "checkpoint.pt"
-    step, epoch, taken, best, best_state, stale = 0, 0, 0, float("inf"), None, 0
-    if resume and ckpt.exists():
-        step, epoch, taken, best, best_state, stale = _restore(ckpt, spec, opt, sched)
-    log = open(out / "train_log.jsonl", "a")
-    task = progress.add_task("train", total=steps, completed=step) if progress else None
+    return params, opt, sched
+
+
+def _stream(spec, seed: int, epoch: int, taken: int):
+    """Training batches from batch `taken` of `epoch` on (those before it were used before a
+    checkpoint), epoch after epoch → (batch, its epoch, batches taken from that epoch)."""
     batches = _epoch(spec, seed, epoch)
-    for _ in range(taken):  # the batches this epoch already gave before the checkpoint
+    for _ in range(taken):
         next(batches)
-    t0 = time.time()
-    spec.module.train()
-    stopped = None
-    while step < steps:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            if taken == 0:
-                raise ValueError("the training split yields no batch: too little data")
-            epoch, taken = epoch + 1, 0
-            batches = _epoch(spec, seed, epoch)
-            continue
-        taken += 1
-        loss, per, acc = spec.step_loss(batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        step += 1
-        rec = {
-            "step": step,
-            "epoch": epoch,
-            "loss": float(loss.detach()),
-            "top1_per_pos": [round(float(x), 4) for x in acc],
-            "lr": sched.get_last_lr()[0],
-            "elapsed_s": round(time.time() - t0, 1),
-        }
-        if step % eval_every == 0 or step == steps:
-            rec["eval"] = evaluate(spec, max_batches=eval_batches)
-            held = held_out_loss(rec["eval"])
-            if held < best:
-                best, best_state, stale = held, copy.deepcopy(spec.module.state_dict()), 0
-            else:
-                stale += 1
-            if patience and stale >= patience:
-                stopped = step
-        log.write(json.dumps(rec) + "\n")
-        log.flush()
-        if progress:
-            progress.update(
-                task,
-                completed=step,
-                description=f"train loss {float(loss.detach()):.3f} top1 {acc.tolist()[0]:.2f}",
-            )
-        if step % ckpt_every == 0 or step == steps or stopped:
-            _save(ckpt, spec, opt, sched, (step, epoch, taken, best, best_state, stale))
-        if stopped:
-            break
-    log.close()
-    if best_state is not None:  # the weights of the best held-out evaluation
-        spec.module.load_state_dict(best_state)
-    final = final_evaluation(spec, step, epoch, stopped, best, t0)
-    (out / "eval.json").write_text(json.dumps(final, indent=2))
-    return final
+    while True:
+        for batch in batches:
+            taken += 1
+            yield batch, epoch, taken
+        if taken == 0:
+            raise ValueError("the training split yields no batch: too little data")
+        epoch, taken = epoch + 1, 0
+        batches = _epoch(spec, seed, epoch)
+
+
+def _update(spec, batch, params, opt, sched) -> tuple[float, torch.Tensor]:
+    """One optimizer step on `batch` (gradients clipped to norm 1) → (loss, top-1 by position)."""
+    loss, _, acc = spec.step_loss(batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    sched.step()
+    return float(loss.detach()), acc
 
 
 COUNTERS = ("step", "epoch", "taken", "best", "best_state", "stale")  # a checkpoint's progress

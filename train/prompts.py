@@ -299,8 +299,9 @@ EXTRACT = [
 ]
 
 
-def build_focus(seed: int = 4321) -> list[dict]:
-    rng = random.Random(seed)
+def _focus_code() -> list[tuple[str, str]]:
+    """The focus set's code prompts: each function of FUNCS to implement, to write from a
+    description, and to test; each bug of BUGS to fix and to review."""
     rows = []
     for name, args, ret, doc in FUNCS:
         rows.append(
@@ -333,6 +334,12 @@ def build_focus(seed: int = 4321) -> list[dict]:
                 f"```python\n{code}\n```",
             )
         )
+    return rows
+
+
+def build_focus(seed: int = 4321) -> list[dict]:
+    rng = random.Random(seed)
+    rows = _focus_code()
     for tpl in MATH_FOCUS:
         for _ in range(7):
             rows.append(("math", tpl.format(a=rng.randint(4, 60), b=rng.randint(2, 9))))

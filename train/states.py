@@ -140,22 +140,9 @@ def with_states(
             how = {k: settings.get(k, "auto") for k in ("engine", "weights", "dtype", "kernel")}
             engine, _ = load(target, settings.get("device", "cpu"), **how)
         recs = per_shard[i]
-        got: list[dict | None] = [None] * len(recs)
-        host = prefix_hosts(recs)
-        todo = [j for j in range(len(recs)) if j not in host]
-        for group in _batches([len(recs[j]["ids"]) for j in todo]):
-            group = [todo[g] for g in group]
-            for j, st in zip(
-                group, teacher_forced(engine, [recs[j]["ids"] for j in group], layers)
-            ):
-                got[j] = st
-        for j, h in host.items():
-            n = len(recs[j]["ids"])
-            got[j] = {l: got[h][l][:n].clone() for l in layers}
-        for l in layers:
-            tmp = _state_file(folder, shards[i], l).with_suffix(".tmp")
-            torch.save([g[l] for g in got], tmp)
-            tmp.rename(_state_file(folder, shards[i], l))
+        got = _shard_states(engine, recs, layers)
+        for l in layers:  # whole or absent: a file's presence marks its layer complete
+            _save_atomic([g[l] for g in got], _state_file(folder, shards[i], l))
         tokens += sum(len(r["ids"]) for r in recs)
         if task is not None:
             progress.update(
@@ -166,6 +153,28 @@ def with_states(
             for rec, h in zip(per_shard[i], torch.load(_state_file(folder, f, l))):
                 rec["hidden"][l] = h
     return seqs
+
+
+def _shard_states(engine, recs: list[dict], layers: list[int]) -> list[dict]:
+    """Each record's states {layer: (L, H)}, teacher-forced in batches of similar lengths; a
+    record that is a prefix of another (prefix_hosts) takes the first rows of its host's."""
+    got: list[dict | None] = [None] * len(recs)
+    host = prefix_hosts(recs)
+    todo = [j for j in range(len(recs)) if j not in host]
+    for group in _batches([len(recs[j]["ids"]) for j in todo]):
+        group = [todo[g] for g in group]
+        for j, st in zip(group, teacher_forced(engine, [recs[j]["ids"] for j in group], layers)):
+            got[j] = st
+    for j, h in host.items():
+        n = len(recs[j]["ids"])
+        got[j] = {l: got[h][l][:n].clone() for l in layers}
+    return got
+
+
+def _save_atomic(obj, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    tmp.rename(path)
 
 
 def _state_file(folder: Path, shard: Path, layer: int) -> Path:
