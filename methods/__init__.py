@@ -5,6 +5,9 @@ To add a method `foo`:
    (and `prefill`, `accept`, `verify` if the drafter keeps state). A method that drafts a tree
    (or a chain it wants verified as one) subclasses `methods.base.TreeMethod`, returns a
    `TreeProposal` and inherits the shared verify and accept; `after_accept` reads the forward.
+   For k=auto a chain method calls `self.chain_k()`; a tree method names its policy in the
+   class attribute `policy` (methods.auto.TreeChooser or NodeRates) and calls
+   `self.use_auto(...)` with its sizes: the base class builds, calibrates and feeds it.
    Keep per-turn state in `state.aux`; state that outlives a turn (a cross-request cache) on
    the method object, updated in `finish`; never time anything; never decide when to stop.
 2. `conf/method/foo.yaml`: `_target_: methods.foo.Foo`, `name: foo`, `k: <default>`, knobs,

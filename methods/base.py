@@ -23,7 +23,7 @@ from groundfloor.state import DecodeState
 from groundfloor.tree import Tree, TreeLayout
 from groundfloor.tree import accept as accept_tree
 from methods import auto, budget
-from methods.auto import PRIOR  # by name: in Method's body, `auto` is the policy attribute
+from methods.auto import PRIOR, Chooser  # by name: in Method's body, `auto` is the policy
 from methods.treeverify import keep_path, verify_tree
 
 
@@ -73,6 +73,9 @@ class Method:
     baseline = "ar"  # the method the run interleaves as its baseline (conf/method/<baseline>)
     lossless = True  # False: an accept rule that may change the output (Medusa's typical)
     auto = None  # k=auto: the methods.auto policy choosing each round's draft size
+    # k=auto's kind of policy (methods.auto): a chain's length (Chooser), a dynamic tree's nodes
+    # (TreeChooser), a static tree's pruning (NodeRates); use_auto builds it
+    policy = Chooser
 
     def __init__(self, cfg, ctx):
         """cfg: this method's config node; ctx: methods.registry.Context (target engine, tokenizer,
@@ -108,12 +111,19 @@ class Method:
         k=auto the longest a round may draft, and `self.auto` chooses per round."""
         k = self.ctx.k(self.cfg)
         if k == auto.AUTO:
-            self.auto = auto.Chooser(self.max_k(), steps_per_token, prior)
+            self.use_auto(self.max_k(), steps_per_token, prior)
             return self.auto.max_k
         self.need(
             isinstance(k, int) and k >= 1, "k", k, "use an integer >= 1 (tokens drafted) or auto"
         )
         return k
+
+    def use_auto(self, *args) -> None:
+        """k=auto for this method: its class's `policy` built with the constructor's sizes. The
+        base class builds it here for every method, calibrates it after the run's warm-up
+        (calibrate) or before a turn no run calibrated (ready), and feeds it each round (learn);
+        a constructor never times anything."""
+        self.auto = self.policy(*args)
 
     def max_verify_width(self) -> int:
         """The most tokens one verify forward may append to the cache (sizes the cache)."""

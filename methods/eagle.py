@@ -97,6 +97,7 @@ class EagleKnobs:  # defaults: conf/method/eagle.yaml and eagle3.yaml
 class Eagle(TreeMethod):
     name = "eagle"
     kind = "eagle"
+    policy = auto.TreeChooser  # k=auto: depth and nodes per round
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -117,7 +118,7 @@ class Eagle(TreeMethod):
         k = ctx.k(cfg)
         if k == auto.AUTO:  # depth and node budget chosen per round (methods.auto)
             self.depth = self.max_k()
-            self.auto = auto.TreeChooser(budget.MAX_NODES, self.depth)
+            self.use_auto(budget.MAX_NODES, self.depth)
         else:
             self.depth = 6 if k is None else int(k)
         self.top_k = kn.top_k

@@ -43,6 +43,7 @@ class MedusaKnobs:  # defaults: conf/method/medusa.yaml
 class Medusa(TreeMethod):
     name = "medusa"
     hidden_layers = (-1,)
+    policy = auto.NodeRates  # k=auto: the static tree pruned per round
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -77,7 +78,7 @@ class Medusa(TreeMethod):
         self.topk = int(self.node_rank.max()) + 1
         self.depth = self.layout.max_depth
         if pruned:
-            self.auto = auto.NodeRates(self.layout.parents, budget.MAX_NODES)
+            self.use_auto(self.layout.parents, budget.MAX_NODES)
         self._vocab_and_weights(ctx, hcfg.get("frequent_ids"), draft_vocab, n)
         self.info = {
             "tree_nodes": self.layout.size,

@@ -44,6 +44,7 @@ class RecyclingKnobs:  # defaults: conf/method/recycling.yaml
 
 class Recycling(TreeMethod):
     name = "recycling"
+    policy = auto.NodeRates  # k=auto: the static tree pruned per round
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -76,7 +77,7 @@ class Recycling(TreeMethod):
             self.levels.append((idx, self.parent[idx]))
         self.hot_start = kn.hot_start
         if pruned:
-            self.auto = auto.NodeRates(self.layout.parents, budget.MAX_NODES)
+            self.use_auto(self.layout.parents, budget.MAX_NODES)
         self.adj = torch.full((ctx.target.vocab_size, self.width), -1, dtype=torch.long, device=dev)
         self.snapshots: OrderedDict[tuple, torch.Tensor] = OrderedDict()
         self.info = {

@@ -192,13 +192,14 @@ class SuffixKnobs:  # defaults: conf/method/suffix.yaml
 
 class Suffix(TreeMethod):
     name = "suffix"
+    policy = auto.TreeChooser  # k=auto: the scored tree's nodes per round
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         kn = knobs.read(cfg, SuffixKnobs)
         if ctx.k(cfg) == auto.AUTO:  # the node count chosen per round from the scores
             self.k = self.max_k()
-            self.auto = auto.TreeChooser(self.k, kn.max_depth)
+            self.use_auto(self.k, kn.max_depth)
         else:
             self.k = int(ctx.k(cfg) or 0)
         self.shape, self.max_depth = kn.shape, kn.max_depth
