@@ -335,6 +335,112 @@ class LeanEngine(Engine):
         cache.length = start + n
         return Out(logits, hs)
 
+    def forward_seqs(
+        self,
+        ids: list[torch.Tensor],
+        cache: StaticCache,
+        starts: list[int],
+        positions: list | None = None,
+        masks: list | None = None,
+        logits_to_keep: int = 0,
+        hidden=(),
+    ) -> list[Out]:
+        """Several sequences in one forward: sequence b's tokens ids[b] (n_b,) at row b of the
+        cache, slots [starts[b], starts[b] + n_b), at positions[b] (default: those slots),
+        seeing masks[b] (n_b, starts[b] + n_b) bool (None: causal, every cached slot visible).
+        Where the one-call forward runs (engines/kernels/model.h) every sequence's rows go
+        through each product together; elsewhere each sequence runs its own forward. Either
+        way a sequence's logits and taps are the bits its own forward (batch 1) gives. The
+        cache's per-sequence lengths are the caller's (`cache.length` becomes the longest).
+        → one Out per sequence: logits (1, n_b, or logits_to_keep, V), taps (1, n_b, H)."""
+        B = len(ids)
+        if not (len(starts) == B <= cache.k.shape[1]):
+            raise ValueError(
+                f"forward_seqs: {B} sequences, {len(starts)} starts, cache batch {cache.k.shape[1]}"
+            )
+        ends = [s + int(x.numel()) for s, x in zip(starts, ids)]
+        if self.window and max(ends) > self.window:
+            raise ValueError(
+                f"engine=lean does not implement sliding-window attention past "
+                f"{self.window} positions; use engine=hf"
+            )
+        cache.length = max(cache.length, *starts)
+        cache.reserve(max(ends))  # before any per-sequence view: growing replaces the tensors
+        positions = positions or [
+            torch.arange(s, e, device=self.device) for s, e in zip(starts, ends)
+        ]
+        masks = masks or [None] * B
+        stack = self.model.native_stack() if self._native_rows() else None
+        if stack is None:
+            outs = [
+                self.forward(
+                    x[None],
+                    cache.row(b, starts[b]),
+                    positions[b][None],
+                    None if masks[b] is None else masks[b][None],
+                    logits_to_keep,
+                    hidden,
+                )
+                for b, x in enumerate(ids)
+            ]
+        else:
+            outs = self._forward_seqs_native(
+                stack, ids, cache, starts, positions, masks, logits_to_keep, hidden
+            )
+        cache.length = max(cache.length, *ends)
+        return outs
+
+    def _native_rows(self) -> bool:
+        return (
+            self.device.type == "cpu"
+            and self.dtype == torch.float32
+            and (native.kernels()[0] is not None)
+        )
+
+    def _forward_seqs_native(self, stack, ids, cache, starts, positions, masks, keep, hidden):
+        """forward_seqs as one call of the model's Stack: every sequence's rows concatenated."""
+        rows = [0]
+        for x in ids:
+            rows.append(rows[-1] + int(x.numel()))
+        m = self.model
+        x = F.embedding(torch.cat(ids), m.embed).to(self.dtype)
+        cos, sin = m.rotary.tables(max(s + int(t.numel()) for s, t in zip(starts, ids)))
+        pos = torch.cat(positions)
+        cos, sin = cos[pos].to(self.dtype), sin[pos].to(self.dtype)
+        empty = torch.empty(0, dtype=torch.bool)
+        N = self.num_layers
+        want = {}
+        for l in hidden:
+            want.setdefault(l if l >= 0 else N + 1 + l, []).append(l)
+        taps = sorted(want)
+        out, tapped = stack.forward_seqs(
+            x,
+            cache.k,
+            cache.v,
+            rows,
+            list(starts),
+            cos,
+            sin,
+            [empty if mk is None else mk for mk in masks],
+            keep,
+            taps,
+        )
+        if m._stack_output is None:  # the output layer is not on the native kernels
+            out = m.output(out)
+        kept = [min(keep, n) if keep else n for n in (b - a for a, b in zip(rows, rows[1:]))]
+        logits = out.split(kept)
+        return [
+            Out(
+                logits[b][None],
+                {
+                    key: t[rows[b] : rows[b + 1]][None]
+                    for i, t in zip(taps, tapped)
+                    for key in want[i]
+                },
+            )
+            for b in range(len(ids))
+        ]
+
     def compile(self) -> None:
         """torch.compile the forward (dynamic token count and cache length; CUDA graphs on a
         GPU). Graphs are built on first use of each shape family, which the runner's warm-up

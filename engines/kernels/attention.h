@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -109,44 +110,61 @@ inline void attend_group(const float* const* q, int64_t heads, const float* k, c
   }
 }
 
-// qkv (n, (nh + 2 nkv)·hd) rows (rotary applied), kc/vc (kv, cap, hd) this layer's cache with
-// the n new rows at slots [start, start + n); mask (n, start + n) bool (true: visible) or none
-// (causal). Returns o (n, nh·hd). Rows × heads are shared among the threads.
-inline torch::Tensor attention(torch::Tensor qkv, torch::Tensor kc, torch::Tensor vc,
-                               int64_t start, c10::optional<torch::Tensor> mask, int64_t nh,
-                               int64_t nkv, int64_t hd) {
+// Several sequences' rows in one call: qkv (N, (nh + 2 nkv)·hd) their rows (rotary applied),
+// sequence b's at rows [rows[b], rows[b + 1]); kc/vc (B, kv, cap, hd) the cache, sequence b's
+// n_b new rows at its slots [starts[b], starts[b] + n_b); masks[b] (n_b, starts[b] + n_b) bool
+// (true: visible), or empty (causal). Returns o (N, nh·hd). A row attends only to its own
+// sequence's visible keys, exactly as alone: (row, KV head) units are shared among the threads.
+inline torch::Tensor attention_seqs(torch::Tensor qkv, torch::Tensor kc, torch::Tensor vc,
+                                    const std::vector<int64_t>& rows,
+                                    const std::vector<int64_t>& starts,
+                                    const std::vector<torch::Tensor>& masks, int64_t nh,
+                                    int64_t nkv, int64_t hd) {
   TORCH_CHECK(qkv.scalar_type() == torch::kFloat32 && qkv.is_contiguous() && qkv.dim() == 2,
               "attention: qkv (n, width) contiguous float32");
-  TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.dim() == 3 && kc.size(0) == nkv &&
-                  kc.size(2) == hd && hd % 8 == 0 && hd <= MAX_HD,
-              "attention: kc, vc (kv, cap, hd) contiguous, hd a multiple of 8 up to 256");
-  const int64_t n = qkv.size(0), width = qkv.size(1), cap = kc.size(1), total = start + n;
-  TORCH_CHECK(total <= cap, "attention: start + n past the cache");
-  const bool* vis = nullptr;
-  torch::Tensor m;
-  if (mask.has_value() && mask->defined()) {
-    m = mask->reshape({-1, total}).to(torch::kBool).contiguous();
-    TORCH_CHECK(m.size(0) == n, "attention: mask (n, start + n)");
-    vis = m.data_ptr<bool>();
+  TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.dim() == 4 && kc.size(1) == nkv &&
+                  kc.size(3) == hd && hd % 8 == 0 && hd <= MAX_HD,
+              "attention: kc, vc (B, kv, cap, hd) contiguous, hd a multiple of 8 up to 256");
+  const int64_t B = static_cast<int64_t>(starts.size());
+  TORCH_CHECK(B >= 1 && B <= kc.size(0) && static_cast<int64_t>(rows.size()) == B + 1 &&
+                  static_cast<int64_t>(masks.size()) == B && rows[0] == 0 &&
+                  rows[B] == qkv.size(0),
+              "attention: rows (B + 1 offsets over qkv's rows), starts and masks (B each)");
+  const int64_t N = qkv.size(0), width = qkv.size(1), cap = kc.size(2);
+  std::vector<int64_t> seq(N);            // a row's sequence
+  std::vector<const bool*> vis(B, nullptr);
+  std::vector<torch::Tensor> held(B);     // the masks as contiguous bool, kept alive
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = rows[b + 1] - rows[b], total = starts[b] + n;
+    TORCH_CHECK(n >= 0 && starts[b] >= 0 && total <= cap, "attention: start + n past the cache");
+    for (int64_t r = rows[b]; r < rows[b + 1]; ++r) seq[r] = b;
+    if (masks[b].defined() && masks[b].numel()) {
+      held[b] = masks[b].reshape({-1, total}).to(torch::kBool).contiguous();
+      TORCH_CHECK(held[b].size(0) == n, "attention: mask (n, start + n)");
+      vis[b] = held[b].data_ptr<bool>();
+    }
   }
-  auto o = torch::empty({n, nh * hd}, qkv.options());
+  auto o = torch::empty({N, nh * hd}, qkv.options());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float *qp = qkv.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
   float* op = o.data_ptr<float>();
   const int64_t group = nh / nkv;
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b) longest = std::max(longest, starts[b] + rows[b + 1] - rows[b]);
   // a unit of work: one row's heads over one KV head (they see the same keys)
-  at::parallel_for(0, n * nkv, 1, [&](int64_t a, int64_t b) {
+  at::parallel_for(0, N * nkv, 1, [&](int64_t a, int64_t e) {
     std::vector<float> s;
     std::vector<int64_t> at;
     std::vector<const float*> qs(group);
     std::vector<float*> outs(group);
-    const int64_t stride = (total + 7) / 8 * 8;
+    const int64_t stride = (longest + 7) / 8 * 8;
     s.resize(group * stride);
-    at.reserve(total);
-    for (int64_t i = a; i < b; ++i) {
-      const int64_t row = i / nkv, kv = i % nkv;
-      const bool* visible = vis ? vis + row * total : nullptr;
-      const int64_t slots = vis ? total : start + row + 1;
+    at.reserve(longest);
+    for (int64_t i = a; i < e; ++i) {
+      const int64_t row = i / nkv, kv = i % nkv, b = seq[row], r = row - rows[b];
+      const int64_t total = starts[b] + rows[b + 1] - rows[b];
+      const bool* visible = vis[b] ? vis[b] + r * total : nullptr;
+      const int64_t slots = vis[b] ? total : starts[b] + r + 1;
       at.clear();
       for (int64_t j = 0; j < slots; ++j)
         if (!visible || visible[j]) at.push_back(j);
@@ -154,11 +172,22 @@ inline torch::Tensor attention(torch::Tensor qkv, torch::Tensor kc, torch::Tenso
         qs[g] = qp + row * width + (kv * group + g) * hd;
         outs[g] = op + row * nh * hd + (kv * group + g) * hd;
       }
-      attend_group(qs.data(), group, kp + kv * cap * hd, vp + kv * cap * hd, at, hd, scale,
-                   s.data(), stride, outs.data());
+      const int64_t at_kv = (b * nkv + kv) * cap * hd;
+      attend_group(qs.data(), group, kp + at_kv, vp + at_kv, at, hd, scale, s.data(), stride,
+                   outs.data());
     }
   });
   return o;
+}
+
+// One sequence: qkv (n, width), kc/vc (kv, cap, hd) this layer's cache with the n new rows at
+// slots [start, start + n); mask (n, start + n) bool or none (causal).
+inline torch::Tensor attention(torch::Tensor qkv, torch::Tensor kc, torch::Tensor vc,
+                               int64_t start, c10::optional<torch::Tensor> mask, int64_t nh,
+                               int64_t nkv, int64_t hd) {
+  TORCH_CHECK(kc.dim() == 3, "attention: kc, vc (kv, cap, hd)");
+  return attention_seqs(qkv, kc.unsqueeze(0), vc.unsqueeze(0), {0, qkv.size(0)}, {start},
+                        {mask.has_value() ? *mask : torch::Tensor()}, nh, nkv, hd);
 }
 
 // gu (n, 2I) the fused gate and up projections → silu(gate)·up (n, I), silu(g) = g / (1 + e^−g).

@@ -32,6 +32,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("add_rms_norm_", &add_rms_norm_, "x += r; rms_norm(x)");
   m.def("rope_", &rope_, "rotary embedding in place");
   m.def("attention", &attention, "decode attention over the cache, row by row (attention.h)");
+  m.def("attention_seqs", &attention_seqs,
+        "decode attention for several sequences' rows, each over its own cache (attention.h)");
   m.def("silu_mul", &silu_mul, "silu(gate)·up of a fused (n, 2I) projection");
   m.def("layer_", &layer_, "one decoder layer (Block.forward_native) in one call, in a family");
   m.def("attend_mlp_", &attend_mlp_,
@@ -42,7 +44,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                     std::vector<std::vector<torch::Tensor>>, std::vector<std::vector<torch::Tensor>>,
                     std::vector<std::vector<torch::Tensor>>, torch::Tensor,
                     std::vector<torch::Tensor>, int64_t, int64_t, int64_t, double, Family>())
-      .def("forward", &Stack::forward, "every layer, the final norm and the output layer");
+      .def("forward", &Stack::forward, "every layer, the final norm and the output layer")
+      .def("forward_seqs", &Stack::forward_seqs,
+           "the same for several sequences' rows at once, each over its own cache slots");
   m.attr("TILE") = py::int_(TILE);  // q8a's output rows a repacked tile holds
   m.def("vectorized", [] { return std::string(ISA) != "portable"; }, "built with AVX2/FMA");
   m.def("isa", [] { return std::string(ISA); }, "the instruction set the products were built for");

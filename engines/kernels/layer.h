@@ -24,27 +24,54 @@ inline torch::Tensor project(const torch::Tensor& x, const std::vector<torch::Te
   return q8_linear(x, w[0], w[1], family);
 }
 
-// The layer after its input norm: x (n, H) the residual stream, updated in place; a (n, A) what
-// q, k and v read (the normed stream, or a drafter's own input: an EAGLE head's fused features,
-// A = H or 2H); kc, vc (1, kv, cap, hd) this layer's cache, positions [start, start + n) written;
-// cos, sin (n, hd); mask (1, 1, n, start + n) or none (causal); every projection in `family`.
+// Several sequences (attention_seqs' rows, starts and masks): each writes its new keys and
+// values at its own slots of kc, vc (B, kv, cap, hd), and attends to its own cache only; the
+// products run over all rows at once (a row's numbers are the same alone: contract.h).
+inline void write_cache(torch::Tensor cache, const torch::Tensor& part,
+                        const std::vector<int64_t>& rows, const std::vector<int64_t>& starts,
+                        int64_t nkv, int64_t hd) {
+  for (size_t b = 0; b < starts.size(); ++b) {
+    const int64_t n = rows[b + 1] - rows[b];
+    cache.select(0, b).slice(1, starts[b], starts[b] + n).copy_(
+        part.slice(0, rows[b], rows[b + 1]).view({n, nkv, hd}).transpose(0, 1));
+  }
+}
+
+// The layer after its input norm: x (N, H) the residual stream of every sequence's rows,
+// updated in place; a (N, A) what q, k and v read (the normed stream, or a drafter's own input:
+// an EAGLE head's fused features, A = H or 2H); kc, vc (B, kv, cap, hd) this layer's cache;
+// cos, sin (N, hd) each row's rotary at its position; every projection in `family`.
+inline void attend_mlp_seqs_(torch::Tensor x, const torch::Tensor& a, torch::Tensor norm_post,
+                             const std::vector<torch::Tensor>& wqkv,
+                             const std::vector<torch::Tensor>& wo,
+                             const std::vector<torch::Tensor>& wgu,
+                             const std::vector<torch::Tensor>& wd, torch::Tensor kc,
+                             torch::Tensor vc, const std::vector<int64_t>& rows,
+                             const std::vector<int64_t>& starts,
+                             const std::vector<torch::Tensor>& masks, torch::Tensor cos,
+                             torch::Tensor sin, int64_t nh, int64_t nkv, int64_t hd, double eps,
+                             Family family) {
+  auto qkv = project(a, wqkv, family);  // (N, (nh + 2 nkv) hd)
+  rope_(qkv, nh + nkv, hd, cos, sin);
+  write_cache(kc, qkv.slice(1, nh * hd, (nh + nkv) * hd), rows, starts, nkv, hd);
+  write_cache(vc, qkv.slice(1, (nh + nkv) * hd), rows, starts, nkv, hd);
+  auto o = attention_seqs(qkv, kc, vc, rows, starts, masks, nh, nkv, hd);
+  auto h = add_rms_norm_(x, project(o, wo, family), norm_post, eps);
+  auto g = silu_mul(project(h, wgu, family));
+  x.add_(project(g, wd, family));
+}
+
+// One sequence: kc, vc (1, kv, cap, hd), positions [start, start + n) written; mask
+// (1, 1, n, start + n) or none (causal).
 inline void attend_mlp_(torch::Tensor x, const torch::Tensor& a, torch::Tensor norm_post,
                         const std::vector<torch::Tensor>& wqkv, const std::vector<torch::Tensor>& wo,
                         const std::vector<torch::Tensor>& wgu, const std::vector<torch::Tensor>& wd,
                         torch::Tensor kc, torch::Tensor vc, int64_t start, torch::Tensor cos,
                         torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t nh,
                         int64_t nkv, int64_t hd, double eps, Family family) {
-  const int64_t n = x.size(0);
-  auto qkv = project(a, wqkv, family);  // (n, (nh + 2 nkv) hd)
-  rope_(qkv, nh + nkv, hd, cos, sin);
-  kc.select(0, 0).slice(1, start, start + n).copy_(
-      qkv.slice(1, nh * hd, (nh + nkv) * hd).view({n, nkv, hd}).transpose(0, 1));
-  vc.select(0, 0).slice(1, start, start + n).copy_(
-      qkv.slice(1, (nh + nkv) * hd).view({n, nkv, hd}).transpose(0, 1));
-  auto o = attention(qkv, kc.select(0, 0), vc.select(0, 0), start, mask, nh, nkv, hd);
-  auto h = add_rms_norm_(x, project(o, wo, family), norm_post, eps);
-  auto g = silu_mul(project(h, wgu, family));
-  x.add_(project(g, wd, family));
+  attend_mlp_seqs_(x, a, norm_post, wqkv, wo, wgu, wd, kc, vc, {0, x.size(0)}, {start},
+                   {mask.has_value() ? *mask : torch::Tensor()}, cos, sin, nh, nkv, hd, eps,
+                   family);
 }
 
 // One decoder layer: its input norm, then attend_mlp_ on the normed stream.

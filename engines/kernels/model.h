@@ -6,6 +6,7 @@
 
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <tuple>
 #include <vector>
 
@@ -36,15 +37,18 @@ struct Stack {
                 "Stack: one entry per layer in each list");
   }
 
-  // x (n, H) the embedded rows (updated in place: the residual stream); k, v (L, 1, kv, cap, hd)
-  // the cache, slots [start, start + n) written; cos, sin (n, hd); mask (.., n, start + n) bool
-  // or none (causal); keep: the last `keep` rows get logits (0: all); taps: layer indices
-  // 0..L whose input (L: the normed output) is returned, in the order asked.
-  // → (logits, or the normed last rows where there is no output layer; the taps)
-  std::tuple<torch::Tensor, std::vector<torch::Tensor>> forward(
-      torch::Tensor x, torch::Tensor k, torch::Tensor v, int64_t start, torch::Tensor cos,
-      torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t keep,
-      std::vector<int64_t> taps) {
+  // Several sequences in one forward: x (N, H) their embedded rows, sequence b's at rows
+  // [rows[b], rows[b + 1]) (updated in place: the residual stream); k, v (L, B, kv, cap, hd) the
+  // cache, sequence b's slots [starts[b], starts[b] + n_b) written; cos, sin (N, hd) each row's
+  // rotary; masks[b] (n_b, starts[b] + n_b) bool or empty (causal); keep: each sequence's last
+  // `keep` rows get logits (0: all), in sequence order; taps: layer indices 0..L whose input
+  // (L: the normed output) is returned for every row, in the order asked. A sequence's numbers
+  // are the same bits as in a forward of its own (the products and attention are per row).
+  // → (logits, or the normed kept rows where there is no output layer; the taps)
+  std::tuple<torch::Tensor, std::vector<torch::Tensor>> forward_seqs(
+      torch::Tensor x, torch::Tensor k, torch::Tensor v, std::vector<int64_t> rows,
+      std::vector<int64_t> starts, torch::Tensor cos, torch::Tensor sin,
+      std::vector<torch::Tensor> masks, int64_t keep, std::vector<int64_t> taps) {
     const int64_t L = static_cast<int64_t>(norms.size());
     std::vector<torch::Tensor> tapped(taps.size());
     auto tap = [&](int64_t i, const torch::Tensor& t) {
@@ -53,14 +57,34 @@ struct Stack {
     };
     for (int64_t i = 0; i < L; ++i) {
       tap(i, x);
-      layer_(x, norms[i][0], norms[i][1], wqkv[i], wo[i], wgu[i], wd[i], k[i], v[i], start, cos,
-             sin, mask, nh, nkv, hd, eps, family);
+      attend_mlp_seqs_(x, rms_norm(x, norms[i][0], eps), norms[i][1], wqkv[i], wo[i], wgu[i],
+                       wd[i], k[i], v[i], rows, starts, masks, cos, sin, nh, nkv, hd, eps,
+                       family);
     }
     auto h = rms_norm(x, final_norm, eps);
     tap(L, h);
-    if (keep > 0 && keep < h.size(0)) h = h.slice(0, h.size(0) - keep).contiguous();
+    if (keep > 0) h = kept_rows(h, rows, keep);
     if (output.empty()) return {h, tapped};
     return {project(h, output, family), tapped};
+  }
+
+  // One sequence: x (n, H); k, v (L, 1, kv, cap, hd), slots [start, start + n) written; mask
+  // (.., n, start + n) bool or none (causal); keep: the last `keep` rows get logits (0: all).
+  std::tuple<torch::Tensor, std::vector<torch::Tensor>> forward(
+      torch::Tensor x, torch::Tensor k, torch::Tensor v, int64_t start, torch::Tensor cos,
+      torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t keep,
+      std::vector<int64_t> taps) {
+    return forward_seqs(x, k, v, {0, x.size(0)}, {start}, cos, sin,
+                        {mask.has_value() ? *mask : torch::Tensor()}, keep, taps);
+  }
+
+  // The last `keep` rows of each sequence (all of a shorter one), in sequence order.
+  static torch::Tensor kept_rows(const torch::Tensor& h, const std::vector<int64_t>& rows,
+                                 int64_t keep) {
+    std::vector<torch::Tensor> parts;
+    for (size_t b = 0; b + 1 < rows.size(); ++b)
+      parts.push_back(h.slice(0, std::max(rows[b], rows[b + 1] - keep), rows[b + 1]));
+    return parts.size() == 1 ? parts[0].contiguous() : torch::cat(parts);
   }
 };
 
