@@ -57,13 +57,6 @@ class StaticCache:
         self.v[:, :, :, start : start + m] = self.v[:, :, :, src]
         self.length = start + m
 
-    def row(self, b: int, length: int) -> StaticCache:
-        """Sequence b of a batch as a cache of its own (views of its keys and values, so writes
-        land in this cache), `length` positions valid; it must not grow (reserve this first)."""
-        view = object.__new__(StaticCache)
-        view.k, view.v, view.length = self.k[:, b : b + 1], self.v[:, b : b + 1], length
-        return view
-
     def nbytes(self) -> int:
         """Bytes held for the valid positions (what a cache of exactly this length needs)."""
         per_pos = self.k[:, :, :, :1].numel() * self.k.element_size()

@@ -338,57 +338,42 @@ class LeanEngine(Engine):
     def forward_seqs(
         self,
         ids: list[torch.Tensor],
-        cache: StaticCache,
-        starts: list[int],
+        caches: list[StaticCache],
         positions: list | None = None,
         masks: list | None = None,
-        logits_to_keep: int = 0,
+        logits_to_keep: int | list[int] = 0,
         hidden=(),
     ) -> list[Out]:
-        """Several sequences in one forward: sequence b's tokens ids[b] (n_b,) at row b of the
-        cache, slots [starts[b], starts[b] + n_b), at positions[b] (default: those slots),
-        seeing masks[b] (n_b, starts[b] + n_b) bool (None: causal, every cached slot visible).
-        Where the one-call forward runs (engines/kernels/model.h) every sequence's rows go
-        through each product together; elsewhere each sequence runs its own forward. Either
-        way a sequence's logits and taps are the bits its own forward (batch 1) gives. The
-        cache's per-sequence lengths are the caller's (`cache.length` becomes the longest).
-        → one Out per sequence: logits (1, n_b, or logits_to_keep, V), taps (1, n_b, H)."""
+        """Several sequences in one forward, each as `forward` would run it alone: sequence b's
+        tokens ids[b] (n_b,) appended to its own cache caches[b] (at slots [length, length +
+        n_b)), at positions[b] (default: those slots), seeing masks[b] (n_b, length + n_b) bool
+        (None: causal, every cached slot visible); logits for its last logits_to_keep (one
+        count, or one per sequence; 0: all) rows. Where the one-call forward runs
+        (engines/kernels/model.h) all the sequences' rows go through each product together;
+        elsewhere each sequence runs its own forward. Either way a sequence's logits, taps and
+        cache are the bits its own forward gives. → one Out per sequence."""
         B = len(ids)
-        if not (len(starts) == B <= cache.k.shape[1]):
+        keeps = logits_to_keep if isinstance(logits_to_keep, list) else [logits_to_keep] * B
+        positions, masks = positions or [None] * B, masks or [None] * B
+        if not (len(caches) == len(keeps) == len(positions) == len(masks) == B):
             raise ValueError(
-                f"forward_seqs: {B} sequences, {len(starts)} starts, cache batch {cache.k.shape[1]}"
+                f"forward_seqs: {B} sequences need a cache, positions, a mask and "
+                f"a logits count each"
             )
-        ends = [s + int(x.numel()) for s, x in zip(starts, ids)]
-        if self.window and max(ends) > self.window:
-            raise ValueError(
-                f"engine=lean does not implement sliding-window attention past "
-                f"{self.window} positions; use engine=hf"
-            )
-        cache.length = max(cache.length, *starts)
-        cache.reserve(max(ends))  # before any per-sequence view: growing replaces the tensors
-        positions = positions or [
-            torch.arange(s, e, device=self.device) for s, e in zip(starts, ends)
-        ]
-        masks = masks or [None] * B
         stack = self.model.native_stack() if self._native_rows() else None
-        if stack is None:
-            outs = [
+        if stack is None:  # each sequence's own forward
+            return [
                 self.forward(
                     x[None],
-                    cache.row(b, starts[b]),
-                    positions[b][None],
-                    None if masks[b] is None else masks[b][None],
-                    logits_to_keep,
+                    c,
+                    None if p is None else p[None],
+                    None if m is None else m[None],
+                    k,
                     hidden,
                 )
-                for b, x in enumerate(ids)
+                for x, c, p, m, k in zip(ids, caches, positions, masks, keeps)
             ]
-        else:
-            outs = self._forward_seqs_native(
-                stack, ids, cache, starts, positions, masks, logits_to_keep, hidden
-            )
-        cache.length = max(cache.length, *ends)
-        return outs
+        return self._forward_seqs_native(stack, ids, caches, positions, masks, keeps, hidden)
 
     def _native_rows(self) -> bool:
         return (
@@ -397,15 +382,27 @@ class LeanEngine(Engine):
             and (native.kernels()[0] is not None)
         )
 
-    def _forward_seqs_native(self, stack, ids, cache, starts, positions, masks, keep, hidden):
+    def _forward_seqs_native(self, stack, ids, caches, positions, masks, keeps, hidden):
         """forward_seqs as one call of the model's Stack: every sequence's rows concatenated."""
-        rows = [0]
-        for x in ids:
-            rows.append(rows[-1] + int(x.numel()))
+        rows, starts = [0], [c.length for c in caches]
+        for x, c in zip(ids, caches):
+            n = int(x.numel())
+            rows.append(rows[-1] + n)
+            if self.window and c.length + n > self.window:
+                raise ValueError(
+                    f"engine=lean does not implement sliding-window attention past "
+                    f"{self.window} positions; use engine=hf"
+                )
+            c.reserve(c.length + n)
         m = self.model
         x = F.embedding(torch.cat(ids), m.embed).to(self.dtype)
         cos, sin = m.rotary.tables(max(s + int(t.numel()) for s, t in zip(starts, ids)))
-        pos = torch.cat(positions)
+        pos = torch.cat(
+            [
+                torch.arange(s, s + int(t.numel()), device=self.device) if p is None else p
+                for s, t, p in zip(starts, ids, positions)
+            ]
+        )
         cos, sin = cos[pos].to(self.dtype), sin[pos].to(self.dtype)
         empty = torch.empty(0, dtype=torch.bool)
         N = self.num_layers
@@ -415,20 +412,22 @@ class LeanEngine(Engine):
         taps = sorted(want)
         out, tapped = stack.forward_seqs(
             x,
-            cache.k,
-            cache.v,
+            [c.k for c in caches],
+            [c.v for c in caches],
             rows,
-            list(starts),
+            starts,
             cos,
             sin,
             [empty if mk is None else mk for mk in masks],
-            keep,
+            keeps,
             taps,
         )
         if m._stack_output is None:  # the output layer is not on the native kernels
             out = m.output(out)
-        kept = [min(keep, n) if keep else n for n in (b - a for a, b in zip(rows, rows[1:]))]
-        logits = out.split(kept)
+        sizes = [b - a for a, b in zip(rows, rows[1:])]
+        logits = out.split([min(k, n) if k else n for k, n in zip(keeps, sizes)])
+        for c, n in zip(caches, sizes):
+            c.length += n
         return [
             Out(
                 logits[b][None],

@@ -671,8 +671,8 @@ def test_kernel_check_times_every_product_of_each_family(tiny_target_dir, capsys
 
 @pytest.mark.parametrize("kernel", ["native", "native_q8a", "aten"])
 def test_several_sequences_in_one_forward_equal_each_alone(tiny_target_dir, kernel):
-    """engine.forward_seqs: sequences of different lengths, each at its own cache offsets and
-    positions, one of them verifying a tree, in one forward (on the native kernels one call of
+    """engine.forward_seqs: sequences of different lengths, each with its own cache (its own
+    length and capacity) and positions, one of them verifying a tree, in one forward (on the native kernels one call of
     the model's Stack: every product over all their rows) give each sequence the logits, taps
     and cache rows of its own forward, bit for bit; `aten` runs each sequence's own forward."""
     eng, _ = load(
@@ -680,32 +680,33 @@ def test_several_sequences_in_one_forward_equal_each_alone(tiny_target_dir, kern
     )
     assert (eng.model.native_stack() is not None) == (kernel != "aten")  # one call, or each alone
     g = torch.Generator().manual_seed(5)
-    prompts = [torch.randint(3, 100, (n,), generator=g) for n in (5, 12, 8)]
+    prompts = [torch.randint(3, 100, (n,), generator=g) for n in (5, 20, 8)]
     tree = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
     alone, caches = [], []
     for b, p in enumerate(prompts):  # each sequence alone: its prompt, then one round
         cache = eng.new_cache(32)
         outs = [eng.forward(p[None], cache, hidden=(1, -1))]
         if b == 1:  # a tree of three nodes after the prompt
-            mask = torch.cat([torch.ones(3, 12, dtype=torch.bool), tree], 1)[None]
-            pos = torch.tensor([[12, 13, 13]])
+            mask = torch.cat([torch.ones(3, 20, dtype=torch.bool), tree], 1)[None]
+            pos = torch.tensor([[20, 21, 21]])
             outs.append(eng.forward(torch.tensor([[4, 7, 8]]), cache, pos, mask, hidden=(1, -1)))
         else:
             outs.append(eng.forward(torch.tensor([[9]]), cache, hidden=(1, -1)))
         alone.append(outs)
         caches.append(cache)
-    cache = eng.new_cache(32, batch=3)
-    first = eng.forward_seqs(prompts, cache, [0, 0, 0], hidden=(1, -1))
+    mine = [eng.new_cache(c) for c in (8, 16, 32)]  # each its own capacity (the 16 grows)
+    first = eng.forward_seqs(prompts, mine, hidden=(1, -1))
     ids = [torch.tensor([9]), torch.tensor([4, 7, 8]), torch.tensor([9])]
-    pos = [torch.tensor([5]), torch.tensor([12, 13, 13]), torch.tensor([8])]
-    masks = [None, torch.cat([torch.ones(3, 12, dtype=torch.bool), tree], 1), None]
-    second = eng.forward_seqs(ids, cache, [5, 12, 8], pos, masks, hidden=(1, -1))
+    pos = [None, torch.tensor([20, 21, 21]), None]
+    masks = [None, torch.cat([torch.ones(3, 20, dtype=torch.bool), tree], 1), None]
+    second = eng.forward_seqs(ids, mine, pos, masks, hidden=(1, -1))
     for b in range(3):
         for got, want in zip((first[b], second[b]), alone[b]):
             assert torch.equal(got.logits, want.logits), (kernel, b)
             assert all(torch.equal(got.hidden[h], want.hidden[h]) for h in (1, -1))
         n = caches[b].length
-        assert torch.equal(cache.k[:, b, :, :n], caches[b].k[:, 0, :, :n]), (kernel, b)
-        assert torch.equal(cache.v[:, b, :, :n], caches[b].v[:, 0, :, :n])
-    last = eng.forward_seqs(ids, cache, [6, 15, 9], logits_to_keep=1)
-    assert [o.logits.shape[1] for o in last] == [1, 1, 1]
+        assert mine[b].length == n
+        assert torch.equal(mine[b].k[..., :n, :], caches[b].k[..., :n, :]), (kernel, b)
+        assert torch.equal(mine[b].v[..., :n, :], caches[b].v[..., :n, :])
+    last = eng.forward_seqs(ids, mine, logits_to_keep=[1, 2, 0])
+    assert [o.logits.shape[1] for o in last] == [1, 2, 1]

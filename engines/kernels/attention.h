@@ -111,32 +111,42 @@ inline void attend_group(const float* const* q, int64_t heads, const float* k, c
 }
 
 // Several sequences' rows in one call: qkv (N, (nh + 2 nkv)·hd) their rows (rotary applied),
-// sequence b's at rows [rows[b], rows[b + 1]); kc/vc (B, kv, cap, hd) the cache, sequence b's
-// n_b new rows at its slots [starts[b], starts[b] + n_b); masks[b] (n_b, starts[b] + n_b) bool
+// sequence b's at rows [rows[b], rows[b + 1]); kcs[b]/vcs[b] (kv, cap_b, hd) its own cache, its
+// n_b new rows at slots [starts[b], starts[b] + n_b); masks[b] (n_b, starts[b] + n_b) bool
 // (true: visible), or empty (causal). Returns o (N, nh·hd). A row attends only to its own
 // sequence's visible keys, exactly as alone: (row, KV head) units are shared among the threads.
-inline torch::Tensor attention_seqs(torch::Tensor qkv, torch::Tensor kc, torch::Tensor vc,
+inline torch::Tensor attention_seqs(torch::Tensor qkv, const std::vector<torch::Tensor>& kcs,
+                                    const std::vector<torch::Tensor>& vcs,
                                     const std::vector<int64_t>& rows,
                                     const std::vector<int64_t>& starts,
                                     const std::vector<torch::Tensor>& masks, int64_t nh,
                                     int64_t nkv, int64_t hd) {
   TORCH_CHECK(qkv.scalar_type() == torch::kFloat32 && qkv.is_contiguous() && qkv.dim() == 2,
               "attention: qkv (n, width) contiguous float32");
-  TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.dim() == 4 && kc.size(1) == nkv &&
-                  kc.size(3) == hd && hd % 8 == 0 && hd <= MAX_HD,
-              "attention: kc, vc (B, kv, cap, hd) contiguous, hd a multiple of 8 up to 256");
   const int64_t B = static_cast<int64_t>(starts.size());
-  TORCH_CHECK(B >= 1 && B <= kc.size(0) && static_cast<int64_t>(rows.size()) == B + 1 &&
+  TORCH_CHECK(B >= 1 && static_cast<int64_t>(kcs.size()) == B &&
+                  static_cast<int64_t>(vcs.size()) == B &&
+                  static_cast<int64_t>(rows.size()) == B + 1 &&
                   static_cast<int64_t>(masks.size()) == B && rows[0] == 0 &&
                   rows[B] == qkv.size(0),
-              "attention: rows (B + 1 offsets over qkv's rows), starts and masks (B each)");
-  const int64_t N = qkv.size(0), width = qkv.size(1), cap = kc.size(2);
+              "attention: rows (B + 1 offsets over qkv's rows), caches, starts, masks (B each)");
+  TORCH_CHECK(hd % 8 == 0 && hd <= MAX_HD, "attention: hd a multiple of 8 up to 256");
+  const int64_t N = qkv.size(0), width = qkv.size(1);
   std::vector<int64_t> seq(N);            // a row's sequence
   std::vector<const bool*> vis(B, nullptr);
+  std::vector<const float*> kp(B), vp(B);  // each sequence's keys and values, (kv, cap_b, hd)
+  std::vector<int64_t> cap(B);
   std::vector<torch::Tensor> held(B);     // the masks as contiguous bool, kept alive
   for (int64_t b = 0; b < B; ++b) {
+    const auto &kc = kcs[b], &vc = vcs[b];
+    TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.dim() == 3 &&
+                    kc.size(0) == nkv && kc.size(2) == hd && vc.sizes() == kc.sizes() &&
+                    kc.scalar_type() == torch::kFloat32 && vc.scalar_type() == torch::kFloat32,
+                "attention: each cache (kv, cap, hd) contiguous float32");
+    kp[b] = kc.data_ptr<float>(), vp[b] = vc.data_ptr<float>(), cap[b] = kc.size(1);
     const int64_t n = rows[b + 1] - rows[b], total = starts[b] + n;
-    TORCH_CHECK(n >= 0 && starts[b] >= 0 && total <= cap, "attention: start + n past the cache");
+    TORCH_CHECK(n >= 0 && starts[b] >= 0 && total <= cap[b],
+                "attention: start + n past the cache");
     for (int64_t r = rows[b]; r < rows[b + 1]; ++r) seq[r] = b;
     if (masks[b].defined() && masks[b].numel()) {
       held[b] = masks[b].reshape({-1, total}).to(torch::kBool).contiguous();
@@ -146,7 +156,7 @@ inline torch::Tensor attention_seqs(torch::Tensor qkv, torch::Tensor kc, torch::
   }
   auto o = torch::empty({N, nh * hd}, qkv.options());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const float *qp = qkv.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+  const float* qp = qkv.data_ptr<float>();
   float* op = o.data_ptr<float>();
   const int64_t group = nh / nkv;
   int64_t longest = 0;
@@ -172,9 +182,9 @@ inline torch::Tensor attention_seqs(torch::Tensor qkv, torch::Tensor kc, torch::
         qs[g] = qp + row * width + (kv * group + g) * hd;
         outs[g] = op + row * nh * hd + (kv * group + g) * hd;
       }
-      const int64_t at_kv = (b * nkv + kv) * cap * hd;
-      attend_group(qs.data(), group, kp + at_kv, vp + at_kv, at, hd, scale, s.data(), stride,
-                   outs.data());
+      const int64_t at_kv = kv * cap[b] * hd;
+      attend_group(qs.data(), group, kp[b] + at_kv, vp[b] + at_kv, at, hd, scale, s.data(),
+                   stride, outs.data());
     }
   });
   return o;
@@ -185,8 +195,7 @@ inline torch::Tensor attention_seqs(torch::Tensor qkv, torch::Tensor kc, torch::
 inline torch::Tensor attention(torch::Tensor qkv, torch::Tensor kc, torch::Tensor vc,
                                int64_t start, c10::optional<torch::Tensor> mask, int64_t nh,
                                int64_t nkv, int64_t hd) {
-  TORCH_CHECK(kc.dim() == 3, "attention: kc, vc (kv, cap, hd)");
-  return attention_seqs(qkv, kc.unsqueeze(0), vc.unsqueeze(0), {0, qkv.size(0)}, {start},
+  return attention_seqs(qkv, {kc}, {vc}, {0, qkv.size(0)}, {start},
                         {mask.has_value() ? *mask : torch::Tensor()}, nh, nkv, hd);
 }
 

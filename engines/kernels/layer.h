@@ -24,38 +24,41 @@ inline torch::Tensor project(const torch::Tensor& x, const std::vector<torch::Te
   return q8_linear(x, w[0], w[1], family);
 }
 
-// Several sequences (attention_seqs' rows, starts and masks): each writes its new keys and
-// values at its own slots of kc, vc (B, kv, cap, hd), and attends to its own cache only; the
+// Several sequences (attention_seqs' rows, caches, starts and masks): each writes its new keys
+// and values at its own slots of its own cache, and attends to that cache only; the
 // products run over all rows at once (a row's numbers are the same alone: contract.h).
-inline void write_cache(torch::Tensor cache, const torch::Tensor& part,
+inline void write_cache(const std::vector<torch::Tensor>& caches, const torch::Tensor& part,
                         const std::vector<int64_t>& rows, const std::vector<int64_t>& starts,
                         int64_t nkv, int64_t hd) {
   for (size_t b = 0; b < starts.size(); ++b) {
     const int64_t n = rows[b + 1] - rows[b];
-    cache.select(0, b).slice(1, starts[b], starts[b] + n).copy_(
+    caches[b].slice(1, starts[b], starts[b] + n).copy_(
         part.slice(0, rows[b], rows[b + 1]).view({n, nkv, hd}).transpose(0, 1));
   }
 }
 
 // The layer after its input norm: x (N, H) the residual stream of every sequence's rows,
 // updated in place; a (N, A) what q, k and v read (the normed stream, or a drafter's own input:
-// an EAGLE head's fused features, A = H or 2H); kc, vc (B, kv, cap, hd) this layer's cache;
+// an EAGLE head's fused features, A = H or 2H); kcs[b], vcs[b] (kv, cap_b, hd) sequence b's
+// cache of this layer;
 // cos, sin (N, hd) each row's rotary at its position; every projection in `family`.
 inline void attend_mlp_seqs_(torch::Tensor x, const torch::Tensor& a, torch::Tensor norm_post,
                              const std::vector<torch::Tensor>& wqkv,
                              const std::vector<torch::Tensor>& wo,
                              const std::vector<torch::Tensor>& wgu,
-                             const std::vector<torch::Tensor>& wd, torch::Tensor kc,
-                             torch::Tensor vc, const std::vector<int64_t>& rows,
+                             const std::vector<torch::Tensor>& wd,
+                             const std::vector<torch::Tensor>& kcs,
+                             const std::vector<torch::Tensor>& vcs,
+                             const std::vector<int64_t>& rows,
                              const std::vector<int64_t>& starts,
                              const std::vector<torch::Tensor>& masks, torch::Tensor cos,
                              torch::Tensor sin, int64_t nh, int64_t nkv, int64_t hd, double eps,
                              Family family) {
   auto qkv = project(a, wqkv, family);  // (N, (nh + 2 nkv) hd)
   rope_(qkv, nh + nkv, hd, cos, sin);
-  write_cache(kc, qkv.slice(1, nh * hd, (nh + nkv) * hd), rows, starts, nkv, hd);
-  write_cache(vc, qkv.slice(1, (nh + nkv) * hd), rows, starts, nkv, hd);
-  auto o = attention_seqs(qkv, kc, vc, rows, starts, masks, nh, nkv, hd);
+  write_cache(kcs, qkv.slice(1, nh * hd, (nh + nkv) * hd), rows, starts, nkv, hd);
+  write_cache(vcs, qkv.slice(1, (nh + nkv) * hd), rows, starts, nkv, hd);
+  auto o = attention_seqs(qkv, kcs, vcs, rows, starts, masks, nh, nkv, hd);
   auto h = add_rms_norm_(x, project(o, wo, family), norm_post, eps);
   auto g = silu_mul(project(h, wgu, family));
   x.add_(project(g, wd, family));
@@ -69,7 +72,8 @@ inline void attend_mlp_(torch::Tensor x, const torch::Tensor& a, torch::Tensor n
                         torch::Tensor kc, torch::Tensor vc, int64_t start, torch::Tensor cos,
                         torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t nh,
                         int64_t nkv, int64_t hd, double eps, Family family) {
-  attend_mlp_seqs_(x, a, norm_post, wqkv, wo, wgu, wd, kc, vc, {0, x.size(0)}, {start},
+  attend_mlp_seqs_(x, a, norm_post, wqkv, wo, wgu, wd, {kc.select(0, 0)}, {vc.select(0, 0)},
+                   {0, x.size(0)}, {start},
                    {mask.has_value() ? *mask : torch::Tensor()}, cos, sin, nh, nkv, hd, eps,
                    family);
 }

@@ -38,32 +38,37 @@ struct Stack {
   }
 
   // Several sequences in one forward: x (N, H) their embedded rows, sequence b's at rows
-  // [rows[b], rows[b + 1]) (updated in place: the residual stream); k, v (L, B, kv, cap, hd) the
-  // cache, sequence b's slots [starts[b], starts[b] + n_b) written; cos, sin (N, hd) each row's
-  // rotary; masks[b] (n_b, starts[b] + n_b) bool or empty (causal); keep: each sequence's last
-  // `keep` rows get logits (0: all), in sequence order; taps: layer indices 0..L whose input
+  // [rows[b], rows[b + 1]) (updated in place: the residual stream); ks[b], vs[b]
+  // (L, 1, kv, cap_b, hd) its own cache, slots [starts[b], starts[b] + n_b) written; cos, sin
+  // (N, hd) each row's rotary; masks[b] (n_b, starts[b] + n_b) bool or empty (causal);
+  // keeps[b]: how many of sequence b's last rows get logits (0: all), in sequence order; taps:
+  // layer indices 0..L whose input
   // (L: the normed output) is returned for every row, in the order asked. A sequence's numbers
   // are the same bits as in a forward of its own (the products and attention are per row).
   // → (logits, or the normed kept rows where there is no output layer; the taps)
   std::tuple<torch::Tensor, std::vector<torch::Tensor>> forward_seqs(
-      torch::Tensor x, torch::Tensor k, torch::Tensor v, std::vector<int64_t> rows,
-      std::vector<int64_t> starts, torch::Tensor cos, torch::Tensor sin,
-      std::vector<torch::Tensor> masks, int64_t keep, std::vector<int64_t> taps) {
+      torch::Tensor x, std::vector<torch::Tensor> ks, std::vector<torch::Tensor> vs,
+      std::vector<int64_t> rows, std::vector<int64_t> starts, torch::Tensor cos, torch::Tensor sin,
+      std::vector<torch::Tensor> masks, std::vector<int64_t> keeps, std::vector<int64_t> taps) {
+    const size_t B = starts.size();
+    TORCH_CHECK(ks.size() == B && vs.size() == B && keeps.size() == B && rows.size() == B + 1,
+                "forward_seqs: rows (B + 1), caches, starts, masks and keeps (B each)");
     const int64_t L = static_cast<int64_t>(norms.size());
     std::vector<torch::Tensor> tapped(taps.size());
     auto tap = [&](int64_t i, const torch::Tensor& t) {
       for (size_t j = 0; j < taps.size(); ++j)
         if (taps[j] == i) tapped[j] = t.clone();
     };
+    std::vector<torch::Tensor> kcs(B), vcs(B);
     for (int64_t i = 0; i < L; ++i) {
       tap(i, x);
+      for (size_t b = 0; b < B; ++b) kcs[b] = ks[b][i].select(0, 0), vcs[b] = vs[b][i].select(0, 0);
       attend_mlp_seqs_(x, rms_norm(x, norms[i][0], eps), norms[i][1], wqkv[i], wo[i], wgu[i],
-                       wd[i], k[i], v[i], rows, starts, masks, cos, sin, nh, nkv, hd, eps,
-                       family);
+                       wd[i], kcs, vcs, rows, starts, masks, cos, sin, nh, nkv, hd, eps, family);
     }
     auto h = rms_norm(x, final_norm, eps);
     tap(L, h);
-    if (keep > 0) h = kept_rows(h, rows, keep);
+    h = kept_rows(h, rows, keeps);
     if (output.empty()) return {h, tapped};
     return {project(h, output, family), tapped};
   }
@@ -74,16 +79,22 @@ struct Stack {
       torch::Tensor x, torch::Tensor k, torch::Tensor v, int64_t start, torch::Tensor cos,
       torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t keep,
       std::vector<int64_t> taps) {
-    return forward_seqs(x, k, v, {0, x.size(0)}, {start}, cos, sin,
-                        {mask.has_value() ? *mask : torch::Tensor()}, keep, taps);
+    return forward_seqs(x, {k}, {v}, {0, x.size(0)}, {start}, cos, sin,
+                        {mask.has_value() ? *mask : torch::Tensor()}, {keep}, taps);
   }
 
-  // The last `keep` rows of each sequence (all of a shorter one), in sequence order.
+  // Each sequence's last keeps[b] rows (all of them: 0, or more than it has), in sequence order.
   static torch::Tensor kept_rows(const torch::Tensor& h, const std::vector<int64_t>& rows,
-                                 int64_t keep) {
+                                 const std::vector<int64_t>& keeps) {
+    bool all = true;
+    for (size_t b = 0; b < keeps.size(); ++b)
+      all = all && (keeps[b] <= 0 || keeps[b] >= rows[b + 1] - rows[b]);
+    if (all) return h;
     std::vector<torch::Tensor> parts;
-    for (size_t b = 0; b + 1 < rows.size(); ++b)
-      parts.push_back(h.slice(0, std::max(rows[b], rows[b + 1] - keep), rows[b + 1]));
+    for (size_t b = 0; b < keeps.size(); ++b) {
+      const int64_t from = keeps[b] > 0 ? std::max(rows[b], rows[b + 1] - keeps[b]) : rows[b];
+      parts.push_back(h.slice(0, from, rows[b + 1]));
+    }
     return parts.size() == 1 ? parts[0].contiguous() : torch::cat(parts);
   }
 };
