@@ -672,9 +672,10 @@ def test_kernel_check_times_every_product_of_each_family(tiny_target_dir, capsys
 @pytest.mark.parametrize("kernel", ["native", "native_q8a", "aten"])
 def test_several_sequences_in_one_forward_equal_each_alone(tiny_target_dir, kernel):
     """engine.forward_seqs: sequences of different lengths, each with its own cache (its own
-    length and capacity) and positions, one of them verifying a tree, in one forward (on the native kernels one call of
-    the model's Stack: every product over all their rows) give each sequence the logits, taps
-    and cache rows of its own forward, bit for bit; `aten` runs each sequence's own forward."""
+    length and capacity) and positions, one of them verifying a tree, in one forward (on the
+    native kernels one call of the model's Stack: every product over all their rows) give each
+    sequence the logits, taps and cache rows of its own forward, bit for bit; `aten` runs each
+    sequence's own forward."""
     eng, _ = load(
         str(tiny_target_dir), "cpu", engine="lean", weights="int4", dtype="float32", kernel=kernel
     )

@@ -1,0 +1,129 @@
+"""Several conversations decoded together: B slots, continuous batching, one target forward a
+round for all of them.
+
+    batch = Batch(engine, make_method, B)      # B slots, each its own method on a seat
+    out = batch.run(conversations, turn_ids, max_new, sampling, eos)
+
+Each slot is a thread that takes the next conversation in prompt order, decodes its turns with
+`bench.decode.loop.generate` and its own method instance (its own drafter state, caches and
+k=auto policy), and takes the next conversation when it is done, as continuous batching does.
+The slots' target forwards meet (engines.shared): every round is one forward over all the
+slots' rows (plain and drafted rows, each sequence's own tree or chain mask, nothing attending
+across sequences), and each sequence gets the bits its own forward gives, so every
+sequence's tokens are its B = 1 tokens. The slots run one at a time between forwards, so
+drafting never overlaps and a run is deterministic.
+
+With one slot the plain loop runs in the caller's thread on the engine itself (the batch-1
+run, unchanged). With more, the slots are threads, each taking one thread of its own for its
+drafting (OpenMP work started from several threads competes for the cores; the shared forward
+runs with all of them in the caller's thread).
+
+Each turn's TurnResult is timed by its slot's own clock: its wall time is the sequence's
+latency in the batch (the forwards it shared, the other slots' drafting it waited for), so its
+time per output token is the per-sequence TPOT under load; the batch's wall time and its new
+tokens give the aggregate throughput. The draft/verify split of a slot's clock includes the
+others' work and is not a per-method figure at B > 1.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from bench.decode.loop import generate
+from engines.shared import SharedForward
+from groundfloor.clock import Clock
+
+
+@dataclass
+class BatchRun:
+    turns: dict = field(default_factory=dict)  # (conversation index, turn) → TurnResult
+    wall_s: float = 0.0  # the whole batch, first prefill to last token
+    forwards: int = 0  # shared target forwards
+    rows: int = 0  # rows they held (prefill tokens included)
+    merged: int = 0  # shared forwards that held several sequences
+    slot_of: dict = field(default_factory=dict)  # conversation index → the slot that ran it
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(t.output_ids) for t in self.turns.values())
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s else 0.0
+
+
+class Batch:
+    def __init__(self, engine, make_method, size: int, device="cpu"):
+        """make_method(target) → a method decoding on `target` (one per slot, each with its own
+        state); size: B, the slots."""
+        if size < 1:
+            raise ValueError(f"batch={size} is not valid; use an integer >= 1")
+        self.shared = SharedForward(engine, slots=())
+        self.seats = [self.shared.seat(b) for b in range(size)]
+        self.methods = [make_method(engine if size == 1 else seat) for seat in self.seats]
+        self.size, self.device = size, torch.device(device)
+
+    def _alone(self, queue, turn_ids, max_new, sampling, eos, generator) -> BatchRun:
+        run, clock, t0 = BatchRun(), Clock(self.device), time.perf_counter()
+        for i, conv in queue:
+            run.slot_of[i], outputs = 0, []
+            while (ids := turn_ids(conv, len(outputs), outputs)) is not None:
+                res = generate(self.methods[0], ids, max_new, sampling, eos, clock, generator,
+                               self.device)  # fmt: skip
+                run.turns[(i, len(outputs))] = res
+                outputs.append(res.output_ids)
+                run.forwards += res.target_forwards
+                run.rows += len(ids) + res.verified_tokens + res.target_forwards - 1
+        run.wall_s = time.perf_counter() - t0
+        return run
+
+    def run(self, conversations: list, turn_ids, max_new: int, sampling, eos, generator=None):
+        """Decode every conversation: turn_ids(conversation, turn, earlier outputs) → the
+        turn's prompt ids, or None after its last turn. → BatchRun."""
+        queue = list(enumerate(conversations))
+        if self.size == 1:  # one slot: the plain loop in this thread, the engine unshared
+            return self._alone(queue, turn_ids, max_new, sampling, eos, generator)
+        slots = range(min(self.size, len(queue)))
+        self.shared.open(slots)
+        lock, errors, run = threading.Lock(), [], BatchRun()
+
+        def slot(b: int) -> None:
+            try:
+                with self.seats[b]:
+                    torch.set_num_threads(1)  # this thread's own pool: see the module's note
+                    clock = Clock(self.device)
+                    while True:
+                        with lock:
+                            if not queue:
+                                return
+                            i, conv = queue.pop(0)
+                            run.slot_of[i] = b
+                        outputs = []
+                        while (ids := turn_ids(conv, len(outputs), outputs)) is not None:
+                            res = generate(self.methods[b], ids, max_new, sampling, eos, clock,
+                                           generator, self.device)  # fmt: skip
+                            run.turns[(i, len(outputs))] = res
+                            outputs.append(res.output_ids)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=slot, args=(b,), daemon=True) for b in slots]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        self.shared.serve()  # the shared forwards run here, in the calling thread
+        for t in threads:
+            t.join()
+        run.wall_s = time.perf_counter() - t0
+        run.forwards, run.rows, run.merged = (
+            self.shared.forwards,
+            self.shared.rows,
+            self.shared.merged,
+        )
+        if errors:
+            raise errors[0]
+        return run

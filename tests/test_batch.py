@@ -1,0 +1,130 @@
+"""Several conversations decoded together (bench.decode.batch, engines.shared): every sequence's
+tokens are its batch-1 tokens, for every in-process method, with prompts of different lengths,
+conversations of several turns, sequences that stop early and more conversations than slots."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import DRAFTERS, GREEDY, engine_of, make_ctx, prompts, run, tiny_knobs
+from omegaconf import OmegaConf
+
+from bench.decode.batch import Batch
+from methods.registry import build_method, method_config, method_names
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+BATCHED = [m for m in method_names() if engine_of(m) == "lean"]  # transformers' own: whole turns
+
+
+def maker(env, name):
+    """make_method for Batch: the method's YAML with its tiny knobs on `target` (a seat)."""
+
+    def make(target):
+        ctx = make_ctx(env["lean"])
+        ctx.target = target
+        ctx.model_cfg = OmegaConf.create({d: str(env[d]) for d in DRAFTERS})
+        return build_method(method_config(name, tiny_knobs(name)), ctx)
+
+    return make
+
+
+def one_turn(conv, turn, outputs):
+    return conv if turn == 0 else None
+
+
+@pytest.mark.parametrize("name", BATCHED)
+def test_every_method_in_a_batch_decodes_its_batch_1_tokens(env, name):
+    convs = prompts(5, seed=11)  # 3–29 tokens each; 5 conversations over 2 slots
+    alone = build_method(method_config(name, tiny_knobs(name)), maker_ctx(env))
+    want = [run(alone, c, n=20).output_ids for c in convs]
+    out = Batch(env["lean"], maker(env, name), 2).run(convs, one_turn, 20, GREEDY, set())
+    assert [out.turns[(i, 0)].output_ids for i in range(5)] == want
+    assert set(out.slot_of.values()) == {0, 1}
+    assert out.merged > 0  # forwards held several sequences' rows
+
+
+def maker_ctx(env):
+    ctx = make_ctx(env["lean"])
+    ctx.model_cfg = OmegaConf.create({d: str(env[d]) for d in DRAFTERS})
+    return ctx
+
+
+@pytest.mark.parametrize("size", [1, 2, 4])
+def test_turns_early_stops_and_more_conversations_than_slots(env, size):
+    """Two-turn conversations (the second turn's prompt built from the first's output), one
+    sequence ending at an EOS token after a few tokens, seven conversations: each turn's tokens
+    equal a lone decode of the same prompt, whatever the slot count."""
+    convs = prompts(7, seed=4)
+    ar = build_method("ar", maker_ctx(env))
+    eos = {run(ar, convs[2], n=6).output_ids[3]}  # conversation 2 stops early
+
+    def two_turns(conv, turn, outputs):
+        return conv if turn == 0 else conv + outputs[0] + [5, 6] if turn == 1 else None
+
+    want = {}
+    for i, c in enumerate(convs):
+        first = run(ar, c, n=12, eos=eos).output_ids
+        second = run(ar, two_turns(c, 1, [first]), n=12, eos=eos).output_ids
+        want[(i, 0)], want[(i, 1)] = first, second
+    out = Batch(env["lean"], maker(env, "ngram"), size).run(convs, two_turns, 12, GREEDY, eos)
+    assert {key: res.output_ids for key, res in out.turns.items()} == want
+    assert len(out.turns[(2, 0)].output_ids) < 12 and out.turns[(2, 0)].stop == "eos"
+    assert out.new_tokens == sum(len(v) for v in want.values()) and out.tokens_per_s > 0
+
+
+def test_an_engine_without_forward_seqs_runs_each_request(env):
+    """The hf engine has no forward_seqs: the shared forward runs the requests one by one,
+    with the same tokens."""
+    convs = prompts(3, seed=2)
+    ctx = make_ctx(env["hf"])
+    want = [run(build_method("ar", ctx), c, n=10).output_ids for c in convs]
+
+    def make(target):
+        c = make_ctx(env["hf"])
+        c.target = target
+        return build_method("ar", c)
+
+    out = Batch(env["hf"], make, 3).run(convs, one_turn, 10, GREEDY, set())
+    assert [out.turns[(i, 0)].output_ids for i in range(3)] == want
+
+
+def test_a_failing_sequence_raises_and_frees_the_others(env):
+    """A method that raises in one slot: the run raises that error, and no other slot waits
+    for it forever."""
+    make = maker(env, "ar")
+
+    def broken(target):
+        m = make(target)
+        if len(made) == 1:
+            m.draft = lambda state: (_ for _ in ()).throw(RuntimeError("drafter broke"))
+        made.append(m)
+        return m
+
+    made = []
+    with pytest.raises(RuntimeError, match="drafter broke"):
+        Batch(env["lean"], broken, 3).run(prompts(4, seed=1), one_turn, 10, GREEDY, set())
+
+
+@pytest.mark.parametrize("name", ["ar", "ngram", "suffix"])
+def test_on_the_one_call_forward_a_batch_is_one_native_call_a_round(tiny_target_dir, name):
+    """On int4 weights and the native kernels the shared forward is the model's one-call
+    forward over every sequence's rows: still each sequence's batch-1 tokens, and a round's
+    forwards merged (fewer forwards than the turns took alone)."""
+    from engines.load import load
+
+    eng, _ = load(
+        str(tiny_target_dir), "cpu", engine="lean", weights="int4", dtype="float32",
+        kernel="native_q8a",
+    )  # fmt: skip
+    assert eng.model.native_stack() is not None
+
+    def make(target):
+        ctx = make_ctx(eng)
+        ctx.target = target
+        return build_method(method_config(name, tiny_knobs(name)), ctx)
+
+    convs = prompts(6, seed=8)
+    want = [run(make(eng), c, n=16).output_ids for c in convs]
+    out = Batch(eng, make, 3).run(convs, one_turn, 16, GREEDY, set())
+    assert [out.turns[(i, 0)].output_ids for i in range(6)] == want
+    assert out.forwards < sum(t.target_forwards for t in out.turns.values())
