@@ -128,3 +128,40 @@ def test_on_the_one_call_forward_a_batch_is_one_native_call_a_round(tiny_target_
     out = Batch(eng, make, 3).run(convs, one_turn, 16, GREEDY, set())
     assert [out.turns[(i, 0)].output_ids for i in range(6)] == want
     assert out.forwards < sum(t.target_forwards for t in out.turns.values())
+
+
+@pytest.mark.parametrize("method", ["ngram", "ar"])
+def test_a_batch_cell_runs_both_sides_at_b_and_reports_throughput(
+    tiny_target_dir, tmp_path, method
+):
+    """`batch=3`: both sides decoded three at a time, interleaved batch run by batch run; the
+    records carry the batch runs' figures, the method's tokens equal a batch=1 run's, and
+    summary.csv has the aggregate throughput of each side, their ratio and rows per forward."""
+    import json
+
+    from conftest import compose
+
+    from bench.run.runner import execute
+
+    base = [
+        "model=hf", f"model.target={tiny_target_dir}", "model.dtype=float32", "device=cpu",
+        "task=core", "limit=2", "max_new_tokens=10", "repeats=2", "warmup=0", "remeasure=0",
+        f"method={method}",
+    ]  # fmt: skip
+    one, _, _ = execute(compose(base + [f"out={tmp_path / 'b1'}"]), tmp_path / "b1")
+    three, path, _ = execute(compose(base + ["batch=3", f"out={tmp_path / 'b3'}"]), tmp_path / "b3")
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {r["batch"] for r in recs} == {3} and all(r["batch_wall_s"] > 0 for r in recs)
+    assert {r["slot"] for r in recs} == {0, 1, 2}
+    ids = {(r["prompt_id"], r["turn"], r["role"], r["repeat"]): r["output_ids"] for r in recs}
+    first = [json.loads(x) for x in (tmp_path / "b1" / "records.jsonl").read_text().splitlines()]
+    assert all(ids[(r["prompt_id"], r["turn"], r["role"], r["repeat"])] == r["output_ids"]
+               for r in first)  # fmt: skip
+    row = three[three.task == "all"].iloc[0]
+    assert row.batch == 3 and row.batch_tokens_per_s > 0 and row.batch_baseline_tokens_per_s > 0
+    assert row.batch_speedup == pytest.approx(
+        row.batch_tokens_per_s / row.batch_baseline_tokens_per_s
+    )
+    assert row.rows_per_forward > 1 and row.speedup_exact is not None and row.exact_units > 0
+    assert one[one.task == "all"].iloc[0].batch == 1
+    assert one[one.task == "all"].batch_speedup.isna().all()

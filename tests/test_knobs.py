@@ -58,6 +58,13 @@ RULES = [  # (overrides, message): each trips one rule of validate()/validate_se
     (["backend=server"], "backend=server needs a server: server=llamacpp|sglang|vllm"),
     (["backend=cloud"], "backend='cloud' is not valid; choose one of: local, server"),
     (SERVE + ["concurrency=0"], "concurrency=0 is not valid; use an integer >= 1"),
+    (SERVE + ["batch=4"], "batch=4 batches the in-process engine; a server's load is concurrency="),
+    (["batch=0"], "batch=0 is not valid; use an integer >= 1"),
+    (["batch=2", "method=hf_pld"], "batch=2: method=hf_pld runs transformers' generate()"),
+    (
+        ["batch=2", "temperature=1", "check=distribution"],
+        "batch=2 with check=distribution: the distribution check samples one sequence",
+    ),
     (SERVE + ["request_rate=0"], "request_rate=0.0 is not valid; use a value > 0 or null"),
     (SERVE + ["num_requests=0"], "num_requests=0 is not valid; use an integer >= 1 or null"),
     (SERVE + ["max_time_s=0"], "max_time_s=0.0 is not valid; use a value > 0"),

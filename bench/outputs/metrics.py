@@ -24,6 +24,7 @@ from bench.outputs import acceptance
 from bench.outputs.answers import answer_turns
 
 KEYS = ["task", "category", "method", "k", "temperature", "device", "engine", "weights", "dtype"]
+KEYS += ["batch"]  # conversations decoded together
 UNIT = ["task", "prompt_id", "turn"]
 
 
@@ -386,6 +387,50 @@ def _memory(x: Scope):
     return round(mem, 3)
 
 
+def batch_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per batch run of a side (batch=B records): its wall time, new tokens, forwards,
+    rows and quiet flag; empty for a run decoded one conversation at a time."""
+    cols = ["batch_wall_s", "batch_new_tokens", "batch_forwards", "batch_rows", "batch_quiet"]
+    if "batch_wall_s" not in df or df.batch_wall_s.isna().all():
+        return pd.DataFrame(columns=cols)
+    return df.dropna(subset=["batch_wall_s"]).groupby("repeat")[cols].first()
+
+
+def _throughput(runs: pd.DataFrame) -> float:
+    quiet = runs[runs.batch_quiet.astype(bool)] if runs.batch_quiet.astype(bool).any() else runs
+    return float(quiet.batch_new_tokens.sum() / quiet.batch_wall_s.sum())
+
+
+@metric(
+    "batch_tokens_per_s",
+    "batch_baseline_tokens_per_s",
+    "batch_speedup",
+    "rows_per_forward",
+    doc="batch=B: each side's aggregate throughput (Σ new tokens ÷ Σ wall time of its batch runs "
+    "over every conversation of the run, quiet runs), their ratio, and the method's target rows "
+    "per shared forward; empty at batch=1",
+)
+def _batch(x: Scope):
+    m, b = batch_runs(x.method), batch_runs(x.base)
+    if m.empty or b.empty:
+        return None, None, None, None
+    tm, tb = _throughput(m), _throughput(b)
+    return tm, tb, tm / tb, float(m.batch_rows.sum() / m.batch_forwards.sum())
+
+
+@metric(
+    "tpot_p50_ms",
+    "tpot_p90_ms",
+    doc="the method's time per output token per sequence (after its first token), quiet "
+    "repeats: at batch=B each sequence's latency under the batch's load",
+)
+def _tpot_percentiles(x: Scope):
+    tpot = x.quiet.tpot_s.dropna() if "tpot_s" in x.quiet else pd.Series(dtype=float)
+    if tpot.empty:
+        return None, None
+    return float(tpot.quantile(0.5) * 1e3), float(tpot.quantile(0.9) * 1e3)
+
+
 @metric("ttft_ms", "tpot_ms", doc="medians over quiet repeats")
 def _latency(x: Scope):
     q = x.quiet
@@ -468,6 +513,8 @@ def summarize(records: pd.DataFrame, costs: dict | None = None, skipped: int = 0
         records = records.assign(engine="hf", weights=records["dtype"])
     if "category" not in records:
         records = records.assign(category=records["task"])
+    if "batch" not in records:  # records written before batch=B decoded one at a time
+        records = records.assign(batch=1)
     method = records[records.role == "method"]
     base = records[records.role == "baseline"]
     tasks = sorted(method.task.unique())

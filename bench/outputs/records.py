@@ -106,6 +106,7 @@ def run_info(cfg, method_name: str, k, device, choice: dict) -> dict:
         "engine": choice["engine"],
         "weights": choice["weights"],
         "model": str(cfg.model.name),
+        "batch": int(cfg.get("batch", 1)),  # conversations decoded together (bench.run.batched)
     }
 
 

@@ -10,7 +10,8 @@ Hydra sweep under results/<time>_sweep/<n>_<method>/). `load_runs` returns two D
 
 `group` names the (model, device, engine · weights · dtype[, source]) a number was measured on:
 the report never puts numbers from two groups into one table or bar without saying so. When
-several runs measured the same cell (group, method, k, temperature, task), the newest run wins.
+several runs measured the same cell (group, method, k, temperature, batch, task), the newest run
+wins.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import yaml
 from groundfloor.paths import CONF
 
 CONF_METHOD = CONF / "method"
-CELL = ["group", "method", "k", "temperature", "task"]
+CELL = ["group", "method", "k", "temperature", "batch", "task"]
 # records.jsonl's columns the report leaves out: each turn's token ids (every other column, a
 # new measurement included, is read as the run wrote it)
 LEFT_OUT = ["output_ids"]
@@ -146,6 +147,9 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
     for c in LATER_COLUMNS:
         if c not in cells:
             cells[c] = math.nan
+    if "batch" not in cells:  # a run from before batch=B (or a server cell): one at a time
+        cells["batch"] = 1
+    cells["batch"] = cells["batch"].fillna(1).astype(int)
     if "tau_round" in cells:  # a method that drafts nothing emits one token per step
         cells["tau_round"] = cells.tau_round.where(cells.tau_round.notna(), 1.0)
     if records is None:

@@ -54,6 +54,7 @@ class RunConfig:
     # a run directory holding this cell, measured by this code: skip it if complete, else
     # continue (other code or another cell: refused, bench.run.cells)
     resume: bool = True
+    batch: int = 1  # backend=local: conversations decoded together, one target forward a round
     concurrency: int = 1  # backend=server: conversations in flight at once
     request_rate: Optional[float] = (
         None  # backend=server: starts per second (Poisson); None: unpaced
@@ -327,6 +328,17 @@ def _validate_method(cfg) -> None:
         mk is None or mk == "auto" or (isinstance(mk, int) and mk >= 0),
         f"method.k={mk!r} is not valid; use an integer >= 1 or auto (chosen per round)",
     )
+    _need(cfg.batch >= 1, f"batch={cfg.batch} is not valid; use an integer >= 1")
+    _need(
+        cfg.batch == 1 or not needs,
+        f"batch={cfg.batch}: method={cfg.method.name} runs transformers' generate() a turn at a "
+        f"time; batch the in-process methods, or use backend=server with concurrency=",
+    )
+    _need(
+        cfg.batch == 1 or cfg.check != "distribution",
+        f"batch={cfg.batch} with check=distribution: the distribution check samples one "
+        f"sequence at a time; run it at batch=1",
+    )
 
 
 def backend(cfg) -> str:
@@ -364,6 +376,10 @@ def validate_serving(cfg) -> None:
         f"{backend_words(cfg)} needs a server: server=" + "|".join(group_options("server")),
     )
     _need(cfg.concurrency >= 1, f"concurrency={cfg.concurrency} is not valid; use an integer >= 1")
+    _need(
+        cfg.batch == 1,
+        f"batch={cfg.batch} batches the in-process engine; a server's load is concurrency=",
+    )
     _need(
         cfg.request_rate is None or cfg.request_rate > 0,
         f"request_rate={cfg.request_rate} is not valid; use a value > 0 or null",

@@ -21,6 +21,7 @@ from bench.outputs import records as rec
 from bench.outputs.answers import answer_text, recount, write_answers
 from bench.outputs.verdict import turn_verdicts
 from bench.run import distcheck, lifecycle
+from bench.run.batched import Batched, batch_fields, units
 from bench.run.interference import Band, Rules, measure
 from engines import probe
 from groundfloor.clock import Clock, settle_heap
@@ -79,6 +80,7 @@ class Runner:
         self.done: set[tuple[str, str]] = set()  # (task, prompt id) already in records.jsonl
         self.k = self.ctx.k(cfg.method)
         self.dist_pvalue = None
+        self.calibration = None  # (curve, drafting) k=auto was calibrated with (prepare)
 
     # --- one conversation ---
     def conversation(self, method, prompt: Prompt, max_new: int) -> list[tuple]:
@@ -186,6 +188,7 @@ class Runner:
         # c(q) after warm-up, untimed, at the cache length the run's rounds typically see
         self.cost_curve = probe.curve(self.target, warm=True, context=self.curve_context)
         curve, drafting = self.drafting_cost(warm)
+        self.calibration = (curve, drafting)  # batch=B: each slot's method calibrated alike
         changed = self.method.calibrate(curve, drafting)
         if changed and getattr(self.target, "compiled", False):
             self.warmup()  # the new draft size's shapes are compiled outside the clock too
@@ -227,6 +230,9 @@ class Runner:
             else None
         )
         try:
+            if int(cfg.batch) > 1:  # the conversations B at a time (bench.run.batched)
+                self.run_batched(writer, progress, task_id)
+                return writer.path
             for prompt in self.prompts:
                 if (prompt.task, prompt.id) not in self.done:
                     runs = self.measure(prompt)
@@ -239,6 +245,43 @@ class Runner:
         finally:
             writer.close()
         return writer.path
+
+    def run_batched(self, writer, progress=None, task_id=None) -> None:
+        """batch=B: every prompt not yet measured, decoded B at a time, each side's batch runs
+        interleaved (bench.run.batched); one prompt's records written at a time, as always."""
+        todo = [p for p in self.prompts if (p.task, p.id) not in self.done]
+        if not todo:
+            return
+        repeats, B = int(self.cfg.repeats), int(self.cfg.batch)
+        batched = Batched(self)
+        batched.warm(todo)
+        got = batched.measure(todo, repeats)
+        for prompt in todo:
+            per = got["prompts"][prompt.id]
+            runs = units(per, repeats)
+            records = self.unit_records(prompt, runs)
+            figures = [
+                batch_fields(B, run, quiet, slot)
+                for role in ("baseline", "method")
+                for conv, run, quiet, slot in per[role]
+                for _ in conv
+            ]  # unit_records' order: role, repeat, turn
+            for r, f in zip(records, figures, strict=True):
+                r.update(f)
+            writer.write_unit(records)
+            self.done.add((prompt.task, prompt.id))
+            if progress:
+                progress.advance(task_id)
+        walls = {role: sum(run.wall_s for _, rl, run, _, _ in got["batches"] if rl == role)
+                 for role in ("baseline", "method")}  # fmt: skip
+        if not sys.stderr.isatty():
+            print(
+                f"{self.method.name} k={self.k} batch={B}: {len(todo)} prompts, "
+                f"{repeats} batch runs a side (ar {walls['baseline']:.2f} s, "
+                f"{self.method.name} {walls['method']:.2f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def progress_line(self, prompt: Prompt, runs: dict) -> str:
         wall = {

@@ -36,7 +36,9 @@ EXTRA = (
     + ["baseline_ttft_p50_ms", "baseline_tpot_p50_ms", "request_tok_s", "baseline_request_tok_s"]
     + ["tau_nonempty", "accept_length_window"]  # vLLM's and SGLang's own τ variants
 )
-SERVE_COLUMNS = COLUMNS + EXTRA
+# a server cell's per-request percentiles share the in-process batch cells' columns
+# (tpot_p50_ms, tpot_p90_ms: the same quantity, each sequence's time per output token)
+SERVE_COLUMNS = COLUMNS + [c for c in EXTRA if c not in COLUMNS]
 
 
 def pct(values, p) -> float | None:

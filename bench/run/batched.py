@@ -1,0 +1,124 @@
+"""batch=B: the cell's conversations decoded B at a time (bench.decode.batch), the baseline at
+the same B on the same conversations, the two sides' batch runs interleaved repeat by repeat.
+
+A batch run is the unit of timing here: every conversation of the cell goes through B slots
+(continuous batching in prompt order), and its wall time and new tokens give the aggregate
+throughput; each turn keeps its own TurnResult (its latency under that load). The records are
+the usual ones (one per prompt × turn × role × repeat, the greedy verdict against the baseline's
+same repeat), with the batch run's figures added (batch_*), from which summary.csv's batch
+metrics come (bench.outputs.metrics). A batch run is judged disturbed when other work or steal
+took more than `disturb_others` of the machine during it (groundfloor.load); disturbed runs are
+flagged, not re-measured.
+"""
+
+from __future__ import annotations
+
+from bench.decode.batch import Batch
+from bench.run.interference import interfered
+from groundfloor.load import LoadProbe
+from groundfloor.prompting import encode, seed_for
+from methods.registry import Context, build_method
+
+
+def slot_methods(runner, name_or_cfg):
+    """make_method for Batch: the run's method (or its baseline) on a slot's target, calibrated
+    as the run calibrated its own (k=auto: the same curve and drafting costs)."""
+
+    def make(target):
+        c = runner.ctx
+        ctx = Context(target, c.tokenizer, c.device, c.dtype, c.model_cfg, c.k_override, c.eos,
+                      c.drafter_weights)  # fmt: skip
+        m = build_method(name_or_cfg, ctx)
+        if runner.calibration is not None:
+            m.calibrate(*runner.calibration)
+        return m
+
+    return make
+
+
+class Batched:
+    def __init__(self, runner):
+        self.runner, B = runner, int(runner.cfg.batch)
+        target = runner.target
+        self.sides = {
+            "baseline": Batch(target, slot_methods(runner, runner.method.baseline), B,
+                              runner.device),
+            "method": Batch(target, slot_methods(runner, runner.cfg.method), B, runner.device),
+        }  # fmt: skip
+        self.probe = LoadProbe(device=runner.device)
+
+    def turn_ids(self, prompt, turn: int, outputs: list) -> list[int] | None:
+        """A conversation's turn: its messages so far (earlier answers decoded) as ids."""
+        if turn >= len(prompt.turns):
+            return None
+        tok, messages = self.runner.tokenizer, []
+        for t in range(turn + 1):
+            messages.append({"role": "user", "content": prompt.turns[t]})
+            if t < turn:
+                answer = tok.decode(outputs[t], skip_special_tokens=True)
+                messages.append({"role": "assistant", "content": answer})
+        return encode(tok, messages, bool(self.runner.cfg.model.chat_template))
+
+    def side(self, role: str, prompts: list, max_new: int):
+        """One batch run of a side over `prompts` → (BatchRun, the load during it)."""
+        r = self.runner
+        gen = None
+        if not r.sampling.greedy:
+            import torch
+
+            gen = torch.Generator(device=r.device).manual_seed(seed_for(r.cfg.seed, "batch", 0))
+        self.probe.start()
+        run = self.sides[role].run(prompts, self.turn_ids, max_new, r.sampling, r.eos, gen)
+        return run, self.probe.stop()
+
+    def warm(self, prompts: list) -> None:
+        """One untimed short batch run of each side (threads, caches, first calls)."""
+        for role in self.sides:
+            self.side(role, prompts[: self.sides[role].size], 8)
+
+    def measure(self, prompts: list, repeats: int) -> dict:
+        """`repeats` batch runs of each side, alternating which goes first → {prompt id: runs}
+        in the shape bench.outputs.records.unit_records takes, and the batch runs' figures."""
+        max_new = max(self.runner.max_new(p) for p in prompts)
+        per = {p.id: {"baseline": [], "method": []} for p in prompts}
+        batches = []
+        for rep in range(repeats):
+            order = ["baseline", "method"] if rep % 2 == 0 else ["method", "baseline"]
+            for role in order:
+                run, load = self.side(role, prompts, max_new)
+                quiet = not interfered(load, self.runner.rules)
+                batches.append((rep, role, run, load, quiet))
+                for i, p in enumerate(prompts):
+                    turns = sorted(t for (j, t) in run.turns if j == i)
+                    conv = [(self.turn_ids(p, t, [run.turns[(i, u)].output_ids for u in
+                                                   range(t)]), run.turns[(i, t)], None, load)
+                            for t in turns]  # fmt: skip
+                    per[p.id][role].append((conv, run, quiet, run.slot_of[i]))
+        return {"prompts": per, "batches": batches}
+
+
+def batch_fields(B: int, run, quiet: bool, slot: int) -> dict:
+    """The batch run's figures every record of it carries."""
+    return {
+        "batch": B,
+        "slot": slot,
+        "batch_wall_s": run.wall_s,
+        "batch_new_tokens": run.new_tokens,
+        "batch_forwards": run.forwards,
+        "batch_rows": run.rows,
+        "batch_quiet": quiet,
+    }
+
+
+def units(per_role: dict, repeats: int) -> dict:
+    """One prompt's batch runs as bench.run.interference.measure's `runs`: conversations per
+    repeat, and per turn the quiet flags of the batch runs they were in."""
+    runs = {role: [conv for conv, *_ in per_role[role]] for role in ("baseline", "method")}
+    n_turns = len(runs["method"][0]) if runs["method"] else 0
+    quiet = {role: [q for _, _, q, _ in per_role[role]] for role in ("baseline", "method")}
+    clean = all(quiet["baseline"]) and all(quiet["method"])
+    runs["judged"] = [
+        {"quiet": quiet, "disturbed": not clean, "clean": clean, "remeasured": 0}
+        for _ in range(n_turns)
+    ]
+    return runs
