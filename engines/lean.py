@@ -310,11 +310,7 @@ class LeanEngine(Engine):
     ) -> Out:
         B, n = ids.shape
         start = cache.length
-        if self.window and start + n > self.window:
-            raise ValueError(
-                f"engine=lean does not implement sliding-window attention past "
-                f"{self.window} positions; use engine=hf"
-            )
+        self._check_window(start + n)
         cache.reserve(start + n)
         if positions is None:
             positions = torch.arange(start, start + n, device=ids.device).expand(B, n)
@@ -322,10 +318,7 @@ class LeanEngine(Engine):
             mask = torch.ones(n, start + n, dtype=torch.bool, device=ids.device).tril(start)[None]
         if mask is not None:
             mask = mask[:, None]  # (B | 1, 1, n, start + n)
-        N = self.num_layers
-        want = {}
-        for l in hidden:  # layer index → the keys it was asked under (2 and −1 may coincide)
-            want.setdefault(l if l >= 0 else N + 1 + l, []).append(l)
+        want = self._taps(hidden)
         # a position never exceeds its cache slot (left padding and tree depths only lower
         # it), so start + n bounds the table without reading `positions` back from the device
         cos, sin = self.model.rotary.tables(start + n)
@@ -375,6 +368,13 @@ class LeanEngine(Engine):
             ]
         return self._forward_seqs_native(stack, ids, caches, positions, masks, keeps, hidden)
 
+    def _taps(self, hidden) -> dict:
+        """Layer index → the keys it was asked under (2 and −1 may name the same layer)."""
+        want, N = {}, self.num_layers
+        for l in hidden:
+            want.setdefault(l if l >= 0 else N + 1 + l, []).append(l)
+        return want
+
     def _native_rows(self) -> bool:
         return (
             self.device.type == "cpu"
@@ -384,61 +384,42 @@ class LeanEngine(Engine):
 
     def _forward_seqs_native(self, stack, ids, caches, positions, masks, keeps, hidden):
         """forward_seqs as one call of the model's Stack: every sequence's rows concatenated."""
-        rows, starts = [0], [c.length for c in caches]
-        for x, c in zip(ids, caches):
-            n = int(x.numel())
-            rows.append(rows[-1] + n)
-            if self.window and c.length + n > self.window:
-                raise ValueError(
-                    f"engine=lean does not implement sliding-window attention past "
-                    f"{self.window} positions; use engine=hf"
-                )
+        sizes, starts = [int(x.numel()) for x in ids], [c.length for c in caches]
+        for c, n in zip(caches, sizes):
+            self._check_window(c.length + n)
             c.reserve(c.length + n)
+        rows = [0] + torch.tensor(sizes).cumsum(0).tolist()
         m = self.model
         x = F.embedding(torch.cat(ids), m.embed).to(self.dtype)
-        cos, sin = m.rotary.tables(max(s + int(t.numel()) for s, t in zip(starts, ids)))
-        pos = torch.cat(
-            [
-                torch.arange(s, s + int(t.numel()), device=self.device) if p is None else p
-                for s, t, p in zip(starts, ids, positions)
-            ]
-        )
-        cos, sin = cos[pos].to(self.dtype), sin[pos].to(self.dtype)
-        empty = torch.empty(0, dtype=torch.bool)
-        N = self.num_layers
-        want = {}
-        for l in hidden:
-            want.setdefault(l if l >= 0 else N + 1 + l, []).append(l)
+        cos, sin = m.rotary.tables(max(s + n for s, n in zip(starts, sizes)))
+        pos = torch.cat([
+            torch.arange(s, s + n, device=self.device) if p is None else p
+            for s, n, p in zip(starts, sizes, positions)
+        ])  # fmt: skip
+        empty, want = torch.empty(0, dtype=torch.bool), self._taps(hidden)
         taps = sorted(want)
         out, tapped = stack.forward_seqs(
-            x,
-            [c.k for c in caches],
-            [c.v for c in caches],
-            rows,
-            starts,
-            cos,
-            sin,
-            [empty if mk is None else mk for mk in masks],
-            keeps,
-            taps,
-        )
+            x, [c.k for c in caches], [c.v for c in caches], rows, starts,
+            cos[pos].to(self.dtype), sin[pos].to(self.dtype),
+            [empty if mk is None else mk for mk in masks], keeps, taps,
+        )  # fmt: skip
         if m._stack_output is None:  # the output layer is not on the native kernels
             out = m.output(out)
-        sizes = [b - a for a, b in zip(rows, rows[1:])]
         logits = out.split([min(k, n) if k else n for k, n in zip(keeps, sizes)])
         for c, n in zip(caches, sizes):
             c.length += n
         return [
-            Out(
-                logits[b][None],
-                {
-                    key: t[rows[b] : rows[b + 1]][None]
-                    for i, t in zip(taps, tapped)
-                    for key in want[i]
-                },
-            )
+            Out(logits[b][None], {key: t[rows[b] : rows[b + 1]][None]
+                                  for i, t in zip(taps, tapped) for key in want[i]})
             for b in range(len(ids))
-        ]
+        ]  # fmt: skip
+
+    def _check_window(self, end: int) -> None:
+        if self.window and end > self.window:
+            raise ValueError(
+                f"engine=lean does not implement sliding-window attention past "
+                f"{self.window} positions; use engine=hf"
+            )
 
     def compile(self) -> None:
         """torch.compile the forward (dynamic token count and cache length; CUDA graphs on a

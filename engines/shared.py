@@ -1,8 +1,8 @@
 """One target shared by several sequences, each decoded by its own thread: their forwards meet.
 
-    shared = SharedForward(engine, slots=range(B))   # or open(slots) for each new run
-    seat = shared.seat(slot)        # the engine for slot's thread: its forwards meet the others'
-    ... slot's thread: with seat: decode with `seat` as the target ...
+    shared = SharedForward(engine)
+    methods = [make_method(shared.seat(b)) for b in range(B)]   # seat b: slot b's engine
+    shared.map(work, items, B)      # work(b, item) in B threads, every item in order
 
 Each seat is the engine for its sequence (every attribute but `forward` is the engine's own).
 A seat's forward waits until every seated thread has asked for one, then one
@@ -71,6 +71,38 @@ class SharedForward:
 
     def seat(self, slot: int) -> Seat:
         return Seat(self, slot)
+
+    def map(self, work, items: list, size: int) -> None:
+        """work(slot, item) for every item, over `size` seats: each a thread taking the next
+        item in order when it finishes one (continuous batching), with its seat as its engine
+        (self.seats(size)); the shared forwards run in this thread. Each seat's thread uses one
+        thread of its own for its other work (OpenMP work started from several threads
+        competed for the cores: 2.4× slower here). Raises the first error a seat raised."""
+        queue, lock, errors = list(items), threading.Lock(), []
+        slots = range(min(size, len(queue)))
+        self.open(slots)
+
+        def seat(b: int) -> None:
+            try:
+                with Seat(self, b):
+                    torch.set_num_threads(1)
+                    while True:
+                        with lock:
+                            if not queue:
+                                return
+                            item = queue.pop(0)
+                        work(b, item)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=seat, args=(b,), daemon=True) for b in slots]
+        for t in threads:
+            t.start()
+        self.serve()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
 
     def enter(self, slot: int) -> None:
         """slot's thread starts decoding: it runs when the baton reaches it."""

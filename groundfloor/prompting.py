@@ -18,6 +18,20 @@ def encode(tokenizer, messages: list[dict], use_template: bool) -> list[int]:
     return tokenizer(text)["input_ids"]
 
 
+def turn_ids(
+    tokenizer, turns: list[str], answers: list[list[int]], use_template: bool
+) -> list[int]:
+    """The prompt of a conversation's turn len(answers): its user turns up to that one, each
+    earlier turn followed by its answer (the ids decoded, special tokens left out)."""
+    messages = []
+    for t, text in enumerate(turns[: len(answers) + 1]):
+        messages.append({"role": "user", "content": text})
+        if t < len(answers):
+            answer = tokenizer.decode(answers[t], skip_special_tokens=True)
+            messages.append({"role": "assistant", "content": answer})
+    return encode(tokenizer, messages, use_template)
+
+
 def eos_ids(tokenizer, config, generation_config=None) -> set[int]:
     """Every id that ends a turn: the generation config's, the model config's, the tokenizer's."""
     ids = set()

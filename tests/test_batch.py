@@ -165,3 +165,11 @@ def test_a_batch_cell_runs_both_sides_at_b_and_reports_throughput(
     assert row.rows_per_forward > 1 and row.speedup_exact is not None and row.exact_units > 0
     assert one[one.task == "all"].iloc[0].batch == 1
     assert one[one.task == "all"].batch_speedup.isna().all()
+    from bench.report.index import build
+
+    index = build([tmp_path / "b1", tmp_path / "b3"], tmp_path / "report").read_text()
+    assert "## Under load: in-process batches" in index and "[Batches](#batches)" in index
+    charts = list((tmp_path / "report").glob("batch__*.png"))
+    assert len(charts) == 1
+    rows = __import__("pandas").read_csv(tmp_path / "report" / "batches.csv")
+    assert sorted(rows.batch) == [1, 3] and (rows.speedup > 0).all()

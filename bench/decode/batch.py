@@ -14,9 +14,8 @@ sequence's tokens are its B = 1 tokens. The slots run one at a time between forw
 drafting never overlaps and a run is deterministic.
 
 With one slot the plain loop runs in the caller's thread on the engine itself (the batch-1
-run, unchanged). With more, the slots are threads, each taking one thread of its own for its
-drafting (OpenMP work started from several threads competes for the cores; the shared forward
-runs with all of them in the caller's thread).
+run, unchanged). With more, the slots are engines.shared's threads, each drafting on one core
+(the shared forward runs on all of them in the caller's thread).
 
 Each turn's TurnResult is timed by its slot's own clock: its wall time is the sequence's
 latency in the batch (the forwards it shared, the other slots' drafting it waited for), so its
@@ -27,7 +26,6 @@ others' work and is not a per-method figure at B > 1.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -84,46 +82,26 @@ class Batch:
     def run(self, conversations: list, turn_ids, max_new: int, sampling, eos, generator=None):
         """Decode every conversation: turn_ids(conversation, turn, earlier outputs) → the
         turn's prompt ids, or None after its last turn. → BatchRun."""
-        queue = list(enumerate(conversations))
+        queue, run = list(enumerate(conversations)), BatchRun()
         if self.size == 1:  # one slot: the plain loop in this thread, the engine unshared
             return self._alone(queue, turn_ids, max_new, sampling, eos, generator)
-        slots = range(min(self.size, len(queue)))
-        self.shared.open(slots)
-        lock, errors, run = threading.Lock(), [], BatchRun()
+        clocks = [Clock(self.device) for _ in range(self.size)]
 
-        def slot(b: int) -> None:
-            try:
-                with self.seats[b]:
-                    torch.set_num_threads(1)  # this thread's own pool: see the module's note
-                    clock = Clock(self.device)
-                    while True:
-                        with lock:
-                            if not queue:
-                                return
-                            i, conv = queue.pop(0)
-                            run.slot_of[i] = b
-                        outputs = []
-                        while (ids := turn_ids(conv, len(outputs), outputs)) is not None:
-                            res = generate(self.methods[b], ids, max_new, sampling, eos, clock,
-                                           generator, self.device)  # fmt: skip
-                            run.turns[(i, len(outputs))] = res
-                            outputs.append(res.output_ids)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-                errors.append(e)
+        def work(b: int, item) -> None:
+            i, conv = item
+            run.slot_of[i], outputs = b, []
+            while (ids := turn_ids(conv, len(outputs), outputs)) is not None:
+                res = generate(self.methods[b], ids, max_new, sampling, eos, clocks[b], generator,
+                               self.device)  # fmt: skip
+                run.turns[(i, len(outputs))] = res
+                outputs.append(res.output_ids)
 
-        threads = [threading.Thread(target=slot, args=(b,), daemon=True) for b in slots]
         t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        self.shared.serve()  # the shared forwards run here, in the calling thread
-        for t in threads:
-            t.join()
+        self.shared.map(work, queue, self.size)
         run.wall_s = time.perf_counter() - t0
         run.forwards, run.rows, run.merged = (
             self.shared.forwards,
             self.shared.rows,
             self.shared.merged,
         )
-        if errors:
-            raise errors[0]
         return run

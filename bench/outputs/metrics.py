@@ -133,6 +133,11 @@ class Metric:
 METRICS: list[Metric] = []
 
 
+def ci(name: str) -> list[str]:
+    """A metric with its interval: its three columns (value, 95% low, 95% high)."""
+    return [name, f"{name}_ci_low", f"{name}_ci_high"]
+
+
 def metric(*columns: str, doc: str, interval: bool = False):
     """Register a summary metric: its definition (the function), its columns and one line of
     documentation, in one place; summary.csv's columns follow the registration order, and
@@ -144,7 +149,7 @@ def metric(*columns: str, doc: str, interval: bool = False):
         if not interval:
             METRICS.append(Metric(columns, fn, doc))
             return fn
-        names = tuple(f"{c}{end}" for c in columns for end in ("", "_ci_low", "_ci_high"))
+        names = tuple(n for c in columns for n in ci(c))
 
         def flat(x: Scope):
             triples = fn(x)

@@ -38,58 +38,56 @@ def mark(r) -> str:
     return ""
 
 
-def print_summary(summary: pd.DataFrame, title: str, console: Console | None = None) -> None:
-    console = console or Console()
+def _loaded(r, col: str):
+    """At batch=B the batch runs' figure (aggregate throughput, its ratio), else the column."""
+    batched = getattr(r, f"batch_{col}", None)
+    return batched if batched is not None and batched == batched else getattr(r, col)
+
+
+# (header, the cell of a summary row): the console table, a column in one place
+SUMMARY = [
+    ("task", lambda r: str(r.task)),
+    ("category", lambda r: "" if r.category == "all" else str(r.category)),
+    ("method", lambda r: str(r.method)),
+    ("k", k_label),
+    ("T", lambda r: _f(r.temperature, "{:g}")),
+    ("B", lambda r: str(getattr(r, "batch", 1))),
+    ("prompts", lambda r: str(r.n_prompts)),
+    ("tok/s", lambda r: _f(_loaded(r, "tokens_per_s"), "{:.1f}")),
+    ("base tok/s", lambda r: _f(_loaded(r, "baseline_tokens_per_s"), "{:.1f}")),
+    ("speedup", lambda r: _f(_loaded(r, "speedup"), "{:.2f}×") + mark(r)),
+    ("95% CI", lambda r: f"{_f(r.speedup_ci_low)}–{_f(r.speedup_ci_high)}"),
+    ("τ", lambda r: _f(r.tau)),
+    ("τ/round", lambda r: _f(r.tau_round)),
+    ("α", lambda r: _f(r.acceptance_rate)),
+    ("pred.", lambda r: _f(r.predicted_speedup, "{:.2f}×")),
+    ("draft %", lambda r: _f(r.draft_overhead * 100, "{:.0f}")),
+    ("d", lambda r: _f(getattr(r, "draft_step_cost", None), "{:.2f}")),
+    ("mem MB", lambda r: _f(r.memory_overhead_mb, "{:.1f}")),
+    ("TTFT ms", lambda r: _f(r.ttft_ms, "{:.0f}")),
+    ("TPOT ms", lambda r: _f(r.tpot_ms, "{:.1f}")),
+    ("exact", lambda r: _f(r.exact_match, "{:.2f}")),
+    ("dist p", lambda r: _f(r.dist_pvalue, "{:.3g}")),
+]
+
+
+def _print(summary: pd.DataFrame, title: str, columns: list, left: tuple, console) -> None:
     t = Table(title=title, title_justify="left")
-    for col in (
-        "task",
-        "category",
-        "method",
-        "k",
-        "T",
-        "prompts",
-        "tok/s",
-        "base tok/s",
-        "speedup",
-        "95% CI",
-        "τ",
-        "τ/round",
-        "α",
-        "pred.",
-        "draft %",
-        "d",
-        "mem MB",
-        "TTFT ms",
-        "TPOT ms",
-        "exact",
-        "dist p",
-    ):
-        t.add_column(col, justify="left" if col in ("task", "category", "method") else "right")
+    for name, _ in columns:
+        t.add_column(name, justify="left" if name in left else "right")
     for r in summary.itertuples():
-        t.add_row(
-            str(r.task),
-            "" if r.category == "all" else str(r.category),
-            str(r.method),
-            k_label(r),
-            _f(r.temperature, "{:g}"),
-            str(r.n_prompts),
-            _f(r.tokens_per_s, "{:.1f}"),
-            _f(r.baseline_tokens_per_s, "{:.1f}"),
-            _f(r.speedup, "{:.2f}×") + mark(r),
-            f"{_f(r.speedup_ci_low)}–{_f(r.speedup_ci_high)}",
-            _f(r.tau),
-            _f(r.tau_round),
-            _f(r.acceptance_rate),
-            _f(r.predicted_speedup, "{:.2f}×"),
-            _f(r.draft_overhead * 100, "{:.0f}"),
-            _f(getattr(r, "draft_step_cost", None), "{:.2f}"),
-            _f(r.memory_overhead_mb, "{:.1f}"),
-            _f(r.ttft_ms, "{:.0f}"),
-            _f(r.tpot_ms, "{:.1f}"),
-            _f(r.exact_match, "{:.2f}"),
-            _f(r.dist_pvalue, "{:.3g}"),
-        )
+        t.add_row(*(cell(r) for _, cell in columns))
     console.print(t)
+
+
+def print_summary(summary: pd.DataFrame, title: str, console: Console | None = None) -> None:
+    """The run's summary rows; at batch=B tok/s and the speedup are the batch runs' aggregate
+    throughput (the CI is the per-sequence speedup's)."""
+    console = console or Console()
+    columns = SUMMARY if "batch" in summary and (summary.batch > 1).any() else [
+        c for c in SUMMARY if c[0] != "B"
+    ]  # fmt: skip
+    _print(summary, title, columns, ("task", "category", "method"), console)
     rows = summary[summary.category == "all"] if "category" in summary else summary
     dist = (
         int(rows.disturbed_units.fillna(0).max()) if "disturbed_units" in rows and len(rows) else 0
@@ -115,48 +113,27 @@ def _errors(r) -> str:
     return shown
 
 
+SERVE = [
+    ("task", lambda r: str(r.task)),
+    ("method", lambda r: str(r.method)),
+    ("k", lambda r: str(r.k)),
+    ("T", lambda r: _f(r.temperature, "{:g}")),
+    ("c", lambda r: str(r.concurrency)),
+    ("prompts", lambda r: str(r.n_prompts)),
+    ("req", lambda r: str(r.requests)),
+    ("errors", _errors),
+    ("tok/s", lambda r: _f(r.tokens_per_s, "{:.1f}")),
+    ("base tok/s", lambda r: _f(r.baseline_tokens_per_s, "{:.1f}")),
+    ("speedup", lambda r: _f(r.speedup, "{:.2f}×")),
+    ("TTFT p50/p99 ms", lambda r: f"{_f(r.ttft_p50_ms, '{:.0f}')}/{_f(r.ttft_p99_ms, '{:.0f}')}"),
+    ("TPOT p50/p99 ms", lambda r: f"{_f(r.tpot_p50_ms, '{:.1f}')}/{_f(r.tpot_p99_ms, '{:.1f}')}"),
+    ("ITL p50/p99 ms", lambda r: f"{_f(r.itl_p50_ms, '{:.1f}')}/{_f(r.itl_p99_ms, '{:.1f}')}"),
+    ("τ", lambda r: _f(r.tau)),
+    ("α", lambda r: _f(r.acceptance_rate)),
+    ("exact", lambda r: _f(r.exact_match, "{:.2f}")),
+]
+
+
 def print_serve_summary(summary: pd.DataFrame, title: str, console: Console | None = None) -> None:
     """backend=server: throughput, latency percentiles, server counters and every error."""
-    console = console or Console()
-    t = Table(title=title, title_justify="left")
-    for col in (
-        "task",
-        "method",
-        "k",
-        "T",
-        "c",
-        "prompts",
-        "req",
-        "errors",
-        "tok/s",
-        "base tok/s",
-        "speedup",
-        "TTFT p50/p99 ms",
-        "TPOT p50/p99 ms",
-        "ITL p50/p99 ms",
-        "τ",
-        "α",
-        "exact",
-    ):
-        t.add_column(col, justify="left" if col in ("task", "method") else "right")
-    for r in summary.itertuples():
-        t.add_row(
-            str(r.task),
-            str(r.method),
-            str(r.k),
-            _f(r.temperature, "{:g}"),
-            str(r.concurrency),
-            str(r.n_prompts),
-            str(r.requests),
-            _errors(r),
-            _f(r.tokens_per_s, "{:.1f}"),
-            _f(r.baseline_tokens_per_s, "{:.1f}"),
-            _f(r.speedup, "{:.2f}×"),
-            f"{_f(r.ttft_p50_ms, '{:.0f}')}/{_f(r.ttft_p99_ms, '{:.0f}')}",
-            f"{_f(r.tpot_p50_ms, '{:.1f}')}/{_f(r.tpot_p99_ms, '{:.1f}')}",
-            f"{_f(r.itl_p50_ms, '{:.1f}')}/{_f(r.itl_p99_ms, '{:.1f}')}",
-            _f(r.tau),
-            _f(r.acceptance_rate),
-            _f(r.exact_match, "{:.2f}"),
-        )
-    console.print(t)
+    _print(summary, title, SERVE, ("task", "method"), console or Console())

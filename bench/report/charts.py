@@ -394,3 +394,27 @@ def device_comparison(
         ax.set_ylim(bottom=0)
     fig.legend(title="method", loc="outside right upper", frameon=False)
     return _finish(fig, title, subtitle, path)
+
+
+def batch_lines(df: pd.DataFrame, palette: Palette, path: Path, title: str, subtitle: str) -> Path:
+    """Two panels against the batch size B: each method's speedup over the baseline at the same
+    B, and the aggregate tokens/s of each method and of the baseline (ar, dashed).
+
+    df: one row per (method, B) with speedup, tokens_per_s, baseline_tokens_per_s."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.0), layout="constrained")
+    for name, g in df.groupby("method", sort=True):
+        g = g.sort_values("batch")
+        colour = palette.method(name)
+        left.plot(g.batch, g.speedup, color=colour, marker="o", ms=5, lw=1.6, label=name)
+        right.plot(g.batch, g.tokens_per_s, color=colour, marker="o", ms=5, lw=1.6, label=name)
+    base = df.groupby("batch").baseline_tokens_per_s.median().sort_index()
+    right.plot(base.index, base.values, color="#555555", ls="--", marker="s", ms=4, label="ar")
+    left.axhline(1.0, color="#888888", lw=0.8)
+    for ax, label in ((left, "speedup over ar at the same B"), (right, "tokens/s (all sequences)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(df.batch.unique()), [str(int(b)) for b in sorted(df.batch.unique())])
+        ax.set_xlabel("B: conversations decoded together")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    return _finish(fig, title, subtitle, path)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from bench.outputs.metrics import ci
 from bench.report import charts, tables
 from bench.report.runs import slug
 
@@ -105,12 +106,8 @@ def task_bars(x: Group) -> None:
             "method",
             "k",
             "task",
-            "speedup",
-            "speedup_ci_low",
-            "speedup_ci_high",
-            "tau_round",
-            "tau_round_ci_low",
-            "tau_round_ci_high",
+            *ci("speedup"),
+            *ci("tau_round"),
         ]
     ]
     bars = tables.config_order(bars.assign(temperature=0)).drop(columns="temperature")

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report import charts, tables
+from bench.report.batch import batch_section
 from bench.report.group import SECTIONS, Group
 from bench.report.runs import load_runs, slug
 from bench.report.serve import is_server, server_section
@@ -129,7 +130,8 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
         )
     clear_outputs(out)
     all_cells, serve = cells, is_server(cells)
-    cells = cells[~serve]  # server cells have their own section
+    loaded = cells.batch > 1 if "batch" in cells else pd.Series(False, index=cells.index)
+    cells = cells[~serve & ~loaded]  # server and batch=B cells have their own sections
     if len(recs) and serve.any():
         recs = recs[~recs.run.isin(set(all_cells[serve].run))]
     palette = charts.Palette(all_cells.method.unique())
@@ -149,6 +151,7 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
         "Contents: "
         + " · ".join(f"[{g}](#{slug(g)})" for g in groups)
         + " · [Device comparison](#device-comparison) · [Losslessness](#losslessness) · "
+        + ("[Batches](#batches) · " if loaded.any() else "")
         + ("[Servers](#servers) · " if serve.any() else "")
         + "[Runs](#runs)",
         "",
@@ -161,6 +164,7 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
     if len(cells):
         device_section(w, cells)
         lossless_section(w, cells, recs)
+    batch_section(w, all_cells[~serve])
     server_section(w, all_cells)
     if "host" not in all_cells:
         all_cells = all_cells.assign(host="unknown")

@@ -13,6 +13,7 @@ import math
 import pandas as pd
 
 from bench.outputs.acceptance import tau_round_of
+from bench.outputs.metrics import ci
 from bench.outputs.table import mark as interference_mark
 from bench.report.charts import config_label
 
@@ -73,12 +74,8 @@ def leaderboard(cells: pd.DataFrame) -> pd.DataFrame:
         "temperature",
         "task",
         "n_prompts",
-        "speedup",
-        "speedup_ci_low",
-        "speedup_ci_high",
-        "tau_round",
-        "tau_round_ci_low",
-        "tau_round_ci_high",
+        *ci("speedup"),
+        *ci("tau_round"),
         "tokens_per_s",
         "baseline_tokens_per_s",
         "mark",
@@ -162,12 +159,8 @@ def _sweep_cols(df: pd.DataFrame) -> pd.DataFrame:
             "method",
             "k",
             "temperature",
-            "speedup",
-            "speedup_ci_low",
-            "speedup_ci_high",
-            "tau_round",
-            "tau_round_ci_low",
-            "tau_round_ci_high",
+            *ci("speedup"),
+            *ci("tau_round"),
             "acceptance_rate",
             "run",
         ]
@@ -301,9 +294,7 @@ def device_table(cells: pd.DataFrame) -> pd.DataFrame:
             "method",
             "k",
             "temperature",
-            "speedup",
-            "speedup_ci_low",
-            "speedup_ci_high",
+            *ci("speedup"),
             "tokens_per_s",
             "tau_round",
             "run",

@@ -16,7 +16,7 @@ from __future__ import annotations
 from bench.decode.batch import Batch
 from bench.run.interference import interfered
 from groundfloor.load import LoadProbe
-from groundfloor.prompting import encode, seed_for
+from groundfloor.prompting import seed_for, turn_ids
 from methods.registry import Context, build_method
 
 
@@ -48,16 +48,11 @@ class Batched:
         self.probe = LoadProbe(device=runner.device)
 
     def turn_ids(self, prompt, turn: int, outputs: list) -> list[int] | None:
-        """A conversation's turn: its messages so far (earlier answers decoded) as ids."""
+        """A conversation's turn as the runner builds it (None after its last)."""
         if turn >= len(prompt.turns):
             return None
-        tok, messages = self.runner.tokenizer, []
-        for t in range(turn + 1):
-            messages.append({"role": "user", "content": prompt.turns[t]})
-            if t < turn:
-                answer = tok.decode(outputs[t], skip_special_tokens=True)
-                messages.append({"role": "assistant", "content": answer})
-        return encode(tok, messages, bool(self.runner.cfg.model.chat_template))
+        return turn_ids(self.runner.tokenizer, prompt.turns, outputs[:turn],
+                        bool(self.runner.cfg.model.chat_template))  # fmt: skip
 
     def side(self, role: str, prompts: list, max_new: int):
         """One batch run of a side over `prompts` → (BatchRun, the load during it)."""

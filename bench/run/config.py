@@ -330,6 +330,10 @@ def _validate_method(cfg) -> None:
     )
     _need(cfg.batch >= 1, f"batch={cfg.batch} is not valid; use an integer >= 1")
     _need(
+        cfg.batch == 1 or backend(cfg) != "server",
+        f"batch={cfg.batch} batches the in-process engine; a server's load is concurrency=",
+    )
+    _need(
         cfg.batch == 1 or not needs,
         f"batch={cfg.batch}: method={cfg.method.name} runs transformers' generate() a turn at a "
         f"time; batch the in-process methods, or use backend=server with concurrency=",
@@ -376,10 +380,6 @@ def validate_serving(cfg) -> None:
         f"{backend_words(cfg)} needs a server: server=" + "|".join(group_options("server")),
     )
     _need(cfg.concurrency >= 1, f"concurrency={cfg.concurrency} is not valid; use an integer >= 1")
-    _need(
-        cfg.batch == 1,
-        f"batch={cfg.batch} batches the in-process engine; a server's load is concurrency=",
-    )
     _need(
         cfg.request_rate is None or cfg.request_rate > 0,
         f"request_rate={cfg.request_rate} is not valid; use a value > 0 or null",

@@ -29,9 +29,10 @@ from groundfloor.errors import UserError
 from groundfloor.load import LoadProbe
 from groundfloor.memory import PeakMemory
 from groundfloor.models import load_generation_config, load_tokenizer, resolve_device
-from groundfloor.prompting import encode, eos_ids, seed_for
+from groundfloor.prompting import encode, eos_ids, seed_for, turn_ids
 from groundfloor.sampling import SamplingParams
 from methods.registry import Context, build_method
+from tasks.fit import context_limit
 from tasks.prompt import Prompt
 
 
@@ -70,7 +71,7 @@ class Runner:
         self.baseline = build_method(self.method.baseline, self.ctx)  # ar; hf_ar for hf_*
         self.setup_s["methods_and_prompts"] = round(time.perf_counter() - t1, 2)
         self.prompts, self.skipped = lifecycle.fit_prompts(
-            cfg, self.prompts, self.tokenizer, lifecycle.context_limit(self.target.config)
+            cfg, self.prompts, self.tokenizer, context_limit(self.target.config)
         )
         self.clock = Clock(self.device)
         self.mem = PeakMemory(self.device)
@@ -85,10 +86,11 @@ class Runner:
     # --- one conversation ---
     def conversation(self, method, prompt: Prompt, max_new: int) -> list[tuple]:
         """Every turn of `prompt` with `method`: [(prompt ids, TurnResult, peak bytes, load)]."""
-        messages, turns = [], []
-        for t, text in enumerate(prompt.turns):
-            messages.append({"role": "user", "content": text})
-            ids = encode(self.tokenizer, messages, bool(self.cfg.model.chat_template))
+        turns, answers = [], []
+        for t in range(len(prompt.turns)):
+            ids = turn_ids(
+                self.tokenizer, prompt.turns, answers, bool(self.cfg.model.chat_template)
+            )
             gen = None
             if not self.sampling.greedy:
                 gen = torch.Generator(device=self.device)
@@ -101,10 +103,9 @@ class Runner:
             load = self.load.stop()
             peak = self.mem.peak_delta()
             turns.append((ids, res, peak, load))
-            answer = self.tokenizer.decode(res.output_ids, skip_special_tokens=True)
             text = answer_text(self.tokenizer, res.output_ids)  # as the answer file holds it
             res.recount_tokens = recount(self.tokenizer, text)  # speed.py's count of it
-            messages.append({"role": "assistant", "content": answer})
+            answers.append(res.output_ids)
         return turns
 
     def max_new(self, prompt: Prompt) -> int:
@@ -174,7 +175,7 @@ class Runner:
             + self.max_new(p) // 2
             for p in self.prompts
         )
-        limit = lifecycle.context_limit(self.target.config) or 1 << 30
+        limit = context_limit(self.target.config) or 1 << 30
         return max(16, min(lens[len(lens) // 2], limit - max(probe.SIZES)))
 
     def prepare(self) -> None:

@@ -29,6 +29,7 @@ from groundfloor.errors import UserError
 from groundfloor.machine import cpu_name
 from groundfloor.prompting import encode, seed_for
 from groundfloor.provenance import git_sha
+from tasks.fit import context_limit
 from tasks.prompt import Prompt
 
 ROLES = ("baseline", "method")
@@ -361,7 +362,7 @@ def served_context(target: str) -> int | None:
     from groundfloor.models import resolve_path
 
     try:
-        return lifecycle.context_limit(AutoConfig.from_pretrained(resolve_path(target)))
+        return context_limit(AutoConfig.from_pretrained(resolve_path(target)))
     except (OSError, ValueError):  # a model only the server knows: the server enforces it
         return None
 
