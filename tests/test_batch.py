@@ -163,6 +163,7 @@ def test_a_batch_cell_runs_both_sides_at_b_and_reports_throughput(
         row.batch_tokens_per_s / row.batch_baseline_tokens_per_s
     )
     assert row.rows_per_forward > 1 and row.speedup_exact is not None and row.exact_units > 0
+    assert row.batch_memory_overhead_mb >= 0
     assert one[one.task == "all"].iloc[0].batch == 1
     assert one[one.task == "all"].batch_speedup.isna().all()
     from bench.report.index import build

@@ -43,6 +43,7 @@ class BatchRun:
     forwards: int = 0  # shared target forwards
     rows: int = 0  # rows they held (prefill tokens included)
     merged: int = 0  # shared forwards that held several sequences
+    static_bytes: int = 0  # what the slots' methods hold (each slot its own drafter)
     slot_of: dict = field(default_factory=dict)  # conversation index → the slot that ran it
 
     @property
@@ -77,6 +78,7 @@ class Batch:
                 run.forwards += res.target_forwards
                 run.rows += len(ids) + res.verified_tokens + res.target_forwards - 1
         run.wall_s = time.perf_counter() - t0
+        run.static_bytes = self.methods[0].static_bytes()
         return run
 
     def run(self, conversations: list, turn_ids, max_new: int, sampling, eos, generator=None):
@@ -99,9 +101,7 @@ class Batch:
         t0 = time.perf_counter()
         self.shared.map(work, queue, self.size)
         run.wall_s = time.perf_counter() - t0
-        run.forwards, run.rows, run.merged = (
-            self.shared.forwards,
-            self.shared.rows,
-            self.shared.merged,
-        )
+        shared = self.shared
+        run.forwards, run.rows, run.merged = shared.forwards, shared.rows, shared.merged
+        run.static_bytes = sum(m.static_bytes() for m in self.methods)
         return run

@@ -424,6 +424,20 @@ def _batch(x: Scope):
 
 
 @metric(
+    "batch_memory_overhead_mb",
+    doc="batch=B: what the method holds beyond the baseline at B: every slot's drafter (each "
+    "slot its own) plus B sequences' drafter state at its largest turn (an upper bound); "
+    "empty at batch=1",
+)
+def _batch_memory(x: Scope):
+    if batch_runs(x.method).empty or "batch_static_mb" not in x.method:
+        return None
+    static = float(x.method.batch_static_mb.max()) - float(x.base.batch_static_mb.max())
+    state = float(x.method.state_mb.max()) if "state_mb" in x.method else 0.0
+    return round(static + int(x.method.batch.max()) * state, 3)
+
+
+@metric(
     "tpot_p50_ms",
     "tpot_p90_ms",
     doc="the method's time per output token per sequence (after its first token), quiet "

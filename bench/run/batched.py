@@ -102,6 +102,7 @@ def batch_fields(B: int, run, quiet: bool, slot: int) -> dict:
         "batch_forwards": run.forwards,
         "batch_rows": run.rows,
         "batch_quiet": quiet,
+        "batch_static_mb": run.static_bytes / 1e6,
     }
 
 
