@@ -75,6 +75,30 @@ def anchored(costs: dict, step: float | None) -> dict:
     return {q: c * step / c1 for q, c in costs.items()}
 
 
+def interpolate(costs: dict, w: float) -> float:
+    """c(w) for any width w: linear between the timed sizes, proportional past the last."""
+    qs = sorted(costs)
+    if w <= qs[0]:
+        return costs[qs[0]]
+    for a, b in zip(qs, qs[1:]):
+        if w <= b:
+            return costs[a] + (costs[b] - costs[a]) * (w - a) / (b - a)
+    return costs[qs[-1]] * w / qs[-1]  # past the curve: proportional to the width
+
+
+def in_batch(costs: dict, batch: int) -> dict:
+    """The curve one sequence prices its rounds with among batch − 1 others that each verify a
+    row (k=auto at batch=B): its share of a plain round, T(B)/B, plus what its q − 1 extra rows
+    add to the shared forward, T(B + q − 1) − T(B). With it a draft pays exactly when it raises
+    the whole batch's tokens per second (this sequence drafting, the others plain): E·T(B)/B
+    > T(B + n) − T(B) + its drafting time. Past the sizes where a forward is bound by reading
+    the weights, extra rows cost the batch more, so fewer are drafted."""
+    if batch <= 1:
+        return dict(costs)
+    share, base = interpolate(costs, batch) / batch, interpolate(costs, batch)
+    return {q: share + interpolate(costs, batch + q - 1) - base for q in costs}
+
+
 def ratios(costs: dict) -> dict:
     base = costs[min(costs)]
     return {q: c / base for q, c in costs.items()}

@@ -76,6 +76,9 @@ class Method:
     # k=auto's kind of policy (methods.auto): a chain's length (Chooser), a dynamic tree's nodes
     # (TreeChooser), a static tree's pruning (NodeRates); use_auto builds it
     policy = Chooser
+    # k=auto reads each round's measured seconds; a sequence decoded among others (batch=B)
+    # does not: its rounds' time is the batch's, and it plans on its share of the curve
+    round_seconds = True
 
     def __init__(self, cfg, ctx):
         """cfg: this method's config node; ctx: methods.registry.Context (target engine, tokenizer,
@@ -173,7 +176,7 @@ class Method:
         """k=auto: the policy reads the round's outcome (after the verify; timed as draft) and
         what the round took (its draft, verify and accept spans; None where not measured)."""
         if self.auto is not None:
-            self.auto.learn(proposal, acc, seconds)
+            self.auto.learn(proposal, acc, seconds if self.round_seconds else None)
 
     # --- per turn ---
     def start(self, state: DecodeState) -> None:

@@ -174,3 +174,21 @@ def test_a_batch_cell_runs_both_sides_at_b_and_reports_throughput(
     assert len(charts) == 1
     rows = __import__("pandas").read_csv(tmp_path / "report" / "batches.csv")
     assert sorted(rows.batch) == [1, 3] and (rows.speedup > 0).all()
+
+
+def test_a_sequence_in_a_batch_prices_its_rows_on_the_batch_forward():
+    """k=auto at batch=B plans on engines.probe.in_batch: its share of a plain round and what
+    its extra rows add to the shared forward; with it a draft pays exactly when it raises the
+    whole batch's tokens per second (this sequence drafting, the others plain)."""
+    from engines.probe import in_batch, interpolate
+
+    costs = {1: 4.0, 2: 4.2, 4: 4.6, 8: 6.8, 12: 10.0, 16: 12.8}
+    assert in_batch(costs, 1) == costs
+    c = in_batch(costs, 4)
+    assert c[1] == pytest.approx(4.6 / 4)
+    assert c[2] == pytest.approx(4.6 / 4 + interpolate(costs, 5) - 4.6)
+    for n, extra in [(1, 0.3), (1, 0.1), (3, 0.8), (3, 0.3), (7, 2.0), (7, 3.5)]:
+        batch_gains = (4 + extra) / interpolate(costs, 4 + n) > 4 / 4.6
+        sequence_gains = (1 + extra) / c[n + 1] > 1 / c[1]
+        assert batch_gains == sequence_gains, (n, extra)
+    assert in_batch(costs, 8)[2] - in_batch(costs, 8)[1] > c[2] - c[1]  # rows dearer at 8

@@ -25,7 +25,7 @@ from collections import Counter
 
 import pandas as pd
 
-from engines.probe import anchored
+from engines.probe import anchored, interpolate
 
 POSITION_BINS = (0, 32, 64, 128, 256, 512)
 
@@ -140,13 +140,3 @@ def predicted_speedup(
         return step
     base = first + decode * base_step
     return base / (first + decode * base_step / step)
-
-
-def interpolate(costs: dict, w: float) -> float:
-    qs = sorted(costs)
-    if w <= qs[0]:
-        return costs[qs[0]]
-    for a, b in zip(qs, qs[1:]):
-        if w <= b:
-            return costs[a] + (costs[b] - costs[a]) * (w - a) / (b - a)
-    return costs[qs[-1]] * w / qs[-1]  # past the curve: proportional to the width

@@ -15,22 +15,29 @@ from __future__ import annotations
 
 from bench.decode.batch import Batch
 from bench.run.interference import interfered
+from engines import probe
 from groundfloor.load import LoadProbe
 from groundfloor.prompting import seed_for, turn_ids
 from methods.registry import Context, build_method
 
 
 def slot_methods(runner, name_or_cfg):
-    """make_method for Batch: the run's method (or its baseline) on a slot's target, calibrated
-    as the run calibrated its own (k=auto: the same curve and drafting costs)."""
+    """make_method for Batch: the run's method (or its baseline) on a slot's target; k=auto
+    calibrated with the run's drafting costs and the cost curve as one sequence among B sees
+    it (engines.probe.in_batch: a draft pays when it raises the batch's tokens per second),
+    planning on that model rather than on its rounds' measured time (the batch's)."""
+
+    B = int(runner.cfg.batch)
 
     def make(target):
         c = runner.ctx
         ctx = Context(target, c.tokenizer, c.device, c.dtype, c.model_cfg, c.k_override, c.eos,
                       c.drafter_weights)  # fmt: skip
         m = build_method(name_or_cfg, ctx)
-        if runner.calibration is not None:
-            m.calibrate(*runner.calibration)
+        m.round_seconds = B == 1  # among others its rounds' time is the batch's
+        if runner.calibration is not None:  # k=auto on its share of the batch's forward
+            curve, drafting = runner.calibration
+            m.calibrate(probe.in_batch(curve, B), drafting)
         return m
 
     return make
