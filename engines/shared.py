@@ -75,7 +75,7 @@ class SharedForward:
     def map(self, work, items: list, size: int) -> None:
         """work(slot, item) for every item, over `size` seats: each a thread taking the next
         item in order when it finishes one (continuous batching), with its seat as its engine
-        (self.seats(size)); the shared forwards run in this thread. Each seat's thread uses one
+        (self.seat(b)); the shared forwards run in this thread. Each seat's thread uses one
         thread of its own for its other work (OpenMP work started from several threads
         competed for the cores: 2.4× slower here). Raises the first error a seat raised."""
         queue, lock, errors = list(items), threading.Lock(), []
