@@ -169,7 +169,8 @@ def test_a_batch_cell_runs_both_sides_at_b_and_reports_throughput(
     from bench.report.index import build
 
     index = build([tmp_path / "b1", tmp_path / "b3"], tmp_path / "report").read_text()
-    assert "## Under load: in-process batches" in index and "[Batches](#batches)" in index
+    assert "## Under load" in index and "### In-process batches (`batch=B`)" in index
+    assert "[Under load](#under-load)" in index
     charts = list((tmp_path / "report").glob("batch__*.png"))
     assert len(charts) == 1
     rows = __import__("pandas").read_csv(tmp_path / "report" / "batches.csv")

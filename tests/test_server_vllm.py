@@ -262,7 +262,8 @@ def test_eagle3_head_in_vllm_beside_ours(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     index = build([served, ours], tmp_path / "report")
     text = index.read_text()
-    assert "## Servers" in text and "### Same drafter, two engines" in text
+    assert "## Under load" in text and "### Servers (`backend=server`" in text
+    assert "#### Same drafter, two engines" in text
     pairs = pd.read_csv(tmp_path / "report" / "same_drafter.csv")
     assert list(pairs.method) == ["eagle3"] and pairs["τ server"].iloc[0] > 1
     assert pairs["τ ours"].iloc[0] > 1

@@ -6,7 +6,8 @@
                speedup against B per method and of the throughput against B for each method
                and for ar. A batch=1 cell of the same method joins its line (its tokens/s are
                Σ new ÷ Σ wall of its interleaved turns, the same quantity at B = 1).
-The server backend's concurrency cells follow in their own section (bench/report/serve.py).
+Both sit in the report's "Under load" section: these first, then the server backend's
+concurrency cells (bench/report/serve.py), each named apart.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def batch_section(w, cells: pd.DataFrame) -> None:
     w.add(
         '<a id="batches"></a>',
         "",
-        "## Under load: in-process batches",
+        "### In-process batches (`batch=B`)",
         "",
         "Cells of `batch=B`: B conversations decoded together in our engine (continuous "
         "batching in prompt order; one target forward a round over every sequence's rows), the "
@@ -65,7 +66,7 @@ def batch_section(w, cells: pd.DataFrame) -> None:
     w.csv(rows, "batches.csv")
     w.add(tables.markdown_table(HEAD, table), "")
     for group, g in rows.groupby("group", sort=False):
-        w.add(f"### {group}", "")
+        w.add(f"#### {group}", "")
         w.chart(
             charts.batch_lines,
             g[["method", "batch", "speedup", "tokens_per_s", "baseline_tokens_per_s"]],

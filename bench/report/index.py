@@ -151,8 +151,7 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
         "Contents: "
         + " · ".join(f"[{g}](#{slug(g)})" for g in groups)
         + " · [Device comparison](#device-comparison) · [Losslessness](#losslessness) · "
-        + ("[Batches](#batches) · " if loaded.any() else "")
-        + ("[Servers](#servers) · " if serve.any() else "")
+        + ("[Under load](#under-load) · " if loaded.any() or serve.any() else "")
         + "[Runs](#runs)",
         "",
     )
@@ -164,8 +163,10 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
     if len(cells):
         device_section(w, cells)
         lossless_section(w, cells, recs)
-    batch_section(w, all_cells[~serve])
-    server_section(w, all_cells)
+    if loaded.any() or serve.any():  # in-process batches and servers: one section, named apart
+        w.add('<a id="under-load"></a>', "", "## Under load", "")
+        batch_section(w, all_cells[~serve])
+        server_section(w, all_cells)
     if "host" not in all_cells:
         all_cells = all_cells.assign(host="unknown")
     if "device_name" not in all_cells:

@@ -164,7 +164,7 @@ def server_section(w, cells: pd.DataFrame) -> None:
     w.add(
         '<a id="servers"></a>',
         "",
-        "## Servers",
+        "### Servers (`backend=server`, at a concurrency)",
         "",
         "Cells of `backend=server`: the suite started the plain and the speculative server in "
         "turn on the same prompts. Throughput is Σ new tokens ÷ pass wall time at the cell's "
@@ -176,7 +176,7 @@ def server_section(w, cells: pd.DataFrame) -> None:
     w.csv(table, "servers.csv")
     w.add(tables.markdown_table(SERVER_HEAD, table.values.tolist()), "")
     pairs = pairs_table(ours, serve)
-    w.add("### Same drafter, two engines", "")
+    w.add("#### Same drafter, two engines", "")
     if pairs.empty:
         w.add("No method ran both in-process and on a server over the same tasks.", "")
         return
