@@ -59,6 +59,14 @@ def method_config(name: str, overrides=None) -> DictConfig:
     return OmegaConf.merge(node, overrides) if overrides else node
 
 
+def method_tests(name: str) -> dict:
+    """conf/method/<name>.yaml's `_test` block, which a run never reads: the method's bad-knob
+    cases (`bad`), the knobs no value of their type makes wrong (`any_value`) and its knobs on
+    tiny random models (`tiny`), for the tests and gpu-check's tiny target."""
+    node = method_config(name).get("_test")
+    return OmegaConf.to_container(node) if node is not None else {}
+
+
 def build_method(method_cfg, ctx: Context):
     """Instantiate the class a method config names in `_target_` with (its config, ctx); a
     name loads conf/method/<name>.yaml, and a node naming a shipped method is merged over its

@@ -19,7 +19,7 @@ from drafters import medusa as heads_io
 from engines.load import wrap
 from groundfloor.clock import Clock
 from groundfloor.sampling import SamplingParams
-from methods.registry import Context, build_method, method_config
+from methods.registry import Context, build_method, method_config, method_tests
 
 GREEDY = SamplingParams()
 
@@ -40,8 +40,7 @@ def make_ctx(target, k=None):
 
 def tiny_knobs(name) -> dict:
     """The knobs a method takes on the tests' tiny models: its YAML's `_test.tiny`."""
-    node = method_config(name).get("_test") or {}
-    return OmegaConf.to_container(node.get("tiny") or OmegaConf.create({}))
+    return method_tests(name).get("tiny") or {}
 
 
 def method(name, ctx, **kw):
@@ -107,10 +106,12 @@ def random_heads(hidden, n, seed):
 DRAFTERS = ("draft", "medusa", "eagle", "eagle3")
 
 
-def build(env, name, knobs, drafters=True):
-    """conf/method/<name>.yaml with `knobs` over it, on the engine it needs (conftest's `env`);
-    the model config names the test's drafters (or, drafters=False, none of them)."""
+def build(env, name, knobs, drafters=True, target=None):
+    """conf/method/<name>.yaml with `knobs` over it, on the engine it needs (conftest's `env`)
+    or on `target` (a seat of it); the model config names the test's drafters (or,
+    drafters=False, none of them)."""
     ctx = make_ctx(env[engine_of(name)])
+    ctx.target = target or ctx.target
     ctx.model_cfg = OmegaConf.create({d: str(env[d]) if drafters else None for d in DRAFTERS})
     return build_method(method_config(name, knobs), ctx)
 

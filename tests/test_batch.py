@@ -5,8 +5,7 @@ conversations of several turns, sequences that stop early and more conversations
 from __future__ import annotations
 
 import pytest
-from helpers import DRAFTERS, GREEDY, engine_of, make_ctx, prompts, run, tiny_knobs
-from omegaconf import OmegaConf
+from helpers import GREEDY, build, engine_of, make_ctx, prompts, run, tiny_knobs
 
 from bench.decode.batch import Batch
 from methods.registry import build_method, method_config, method_names
@@ -18,14 +17,7 @@ BATCHED = [m for m in method_names() if engine_of(m) == "lean"]  # transformers'
 
 def maker(env, name):
     """make_method for Batch: the method's YAML with its tiny knobs on `target` (a seat)."""
-
-    def make(target):
-        ctx = make_ctx(env["lean"])
-        ctx.target = target
-        ctx.model_cfg = OmegaConf.create({d: str(env[d]) for d in DRAFTERS})
-        return build_method(method_config(name, tiny_knobs(name)), ctx)
-
-    return make
+    return lambda target: build(env, name, tiny_knobs(name), target=target)
 
 
 def one_turn(conv, turn, outputs):
@@ -35,18 +27,12 @@ def one_turn(conv, turn, outputs):
 @pytest.mark.parametrize("name", BATCHED)
 def test_every_method_in_a_batch_decodes_its_batch_1_tokens(env, name):
     convs = prompts(5, seed=11)  # 3–29 tokens each; 5 conversations over 2 slots
-    alone = build_method(method_config(name, tiny_knobs(name)), maker_ctx(env))
+    alone = build(env, name, tiny_knobs(name))
     want = [run(alone, c, n=20).output_ids for c in convs]
     out = Batch(env["lean"], maker(env, name), 2).run(convs, one_turn, 20, GREEDY, set())
     assert [out.turns[(i, 0)].output_ids for i in range(5)] == want
     assert set(out.slot_of.values()) == {0, 1}
     assert out.merged > 0  # forwards held several sequences' rows
-
-
-def maker_ctx(env):
-    ctx = make_ctx(env["lean"])
-    ctx.model_cfg = OmegaConf.create({d: str(env[d]) for d in DRAFTERS})
-    return ctx
 
 
 @pytest.mark.parametrize("size", [1, 2, 4])
@@ -55,7 +41,7 @@ def test_turns_early_stops_and_more_conversations_than_slots(env, size):
     sequence ending at an EOS token after a few tokens, seven conversations: each turn's tokens
     equal a lone decode of the same prompt, whatever the slot count."""
     convs = prompts(7, seed=4)
-    ar = build_method("ar", maker_ctx(env))
+    ar = build(env, "ar", {})
     eos = {run(ar, convs[2], n=6).output_ids[3]}  # conversation 2 stops early
 
     def two_turns(conv, turn, outputs):

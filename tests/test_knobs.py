@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from bench.run import config
 from bench.run.config import CONF, check_overrides, method_defaults, validate
 from groundfloor.errors import UserError
-from methods.registry import build_method
+from methods.registry import build_method, method_tests
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -142,20 +142,14 @@ def method_names() -> list[str]:
     return sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
 
 
-def yaml_cases(name: str) -> dict:
-    """The `_test` block of conf/method/<name>.yaml: the method's bad-knob cases (`bad`), the
-    knobs no value of their type makes wrong (`any_value`, with why) and its tiny-model knobs."""
-    return method_defaults(name).get("_test") or {}
-
-
 # (method, {knob: bad value}, message), from each method's YAML
 KNOBS = [
     (m, case["knobs"], case["says"])
     for m in method_names()
-    for case in yaml_cases(m).get("bad", [])
+    for case in method_tests(m).get("bad", [])
 ]
 NO_CASE = {
-    (m, k): why for m in method_names() for k, why in yaml_cases(m).get("any_value", {}).items()
+    (m, k): why for m in method_names() for k, why in method_tests(m).get("any_value", {}).items()
 }
 
 

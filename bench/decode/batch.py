@@ -39,6 +39,7 @@ from groundfloor.clock import Clock
 @dataclass
 class BatchRun:
     turns: dict = field(default_factory=dict)  # (conversation index, turn) → TurnResult
+    ids: dict = field(default_factory=dict)  # (conversation index, turn) → its prompt ids
     wall_s: float = 0.0  # the whole batch, first prefill to last token
     forwards: int = 0  # shared target forwards
     rows: int = 0  # rows they held (prefill tokens included)
@@ -73,7 +74,7 @@ class Batch:
             while (ids := turn_ids(conv, len(outputs), outputs)) is not None:
                 res = generate(self.methods[0], ids, max_new, sampling, eos, clock, generator,
                                self.device)  # fmt: skip
-                run.turns[(i, len(outputs))] = res
+                run.turns[(i, len(outputs))], run.ids[(i, len(outputs))] = res, ids
                 outputs.append(res.output_ids)
                 run.forwards += res.target_forwards
                 run.rows += len(ids) + res.verified_tokens + res.target_forwards - 1
@@ -95,7 +96,7 @@ class Batch:
             while (ids := turn_ids(conv, len(outputs), outputs)) is not None:
                 res = generate(self.methods[b], ids, max_new, sampling, eos, clocks[b], generator,
                                self.device)  # fmt: skip
-                run.turns[(i, len(outputs))] = res
+                run.turns[(i, len(outputs))], run.ids[(i, len(outputs))] = res, ids
                 outputs.append(res.output_ids)
 
         t0 = time.perf_counter()

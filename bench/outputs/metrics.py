@@ -122,6 +122,11 @@ class Scope:
     def draft(self) -> dict:
         return acceptance.drafting(self.rep0)
 
+    @cached_property
+    def batches(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Each side's batch runs (batch=B; empty at batch=1)."""
+        return batch_runs(self.method), batch_runs(self.base)
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -416,7 +421,7 @@ def _throughput(runs: pd.DataFrame) -> float:
     "per shared forward; empty at batch=1",
 )
 def _batch(x: Scope):
-    m, b = batch_runs(x.method), batch_runs(x.base)
+    m, b = x.batches
     if m.empty or b.empty:
         return None, None, None, None
     tm, tb = _throughput(m), _throughput(b)
@@ -430,7 +435,7 @@ def _batch(x: Scope):
     "empty at batch=1",
 )
 def _batch_memory(x: Scope):
-    if batch_runs(x.method).empty or "batch_static_mb" not in x.method:
+    if x.batches[0].empty or "batch_static_mb" not in x.method:
         return None
     static = float(x.method.batch_static_mb.max()) - float(x.base.batch_static_mb.max())
     state = float(x.method.state_mb.max()) if "state_mb" in x.method else 0.0

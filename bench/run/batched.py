@@ -92,9 +92,7 @@ class Batched:
                 batches.append((rep, role, run, load, quiet))
                 for i, p in enumerate(prompts):
                     turns = sorted(t for (j, t) in run.turns if j == i)
-                    conv = [(self.turn_ids(p, t, [run.turns[(i, u)].output_ids for u in
-                                                   range(t)]), run.turns[(i, t)], None, load)
-                            for t in turns]  # fmt: skip
+                    conv = [(run.ids[(i, t)], run.turns[(i, t)], None, load) for t in turns]
                     per[p.id][role].append((conv, run, quiet, run.slot_of[i]))
         return {"prompts": per, "batches": batches}
 

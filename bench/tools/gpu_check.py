@@ -50,6 +50,7 @@ from groundfloor.errors import UserError
 from groundfloor.machine import cpu_name
 from groundfloor.models import resolve_device
 from groundfloor.paths import ROOT, group_options, writable_dir
+from methods.registry import method_tests
 
 # every method of conf/method/ but the plain baselines (k: 0, what the others interleave): a new
 # method's YAML puts it here
@@ -191,7 +192,7 @@ def tiny_knobs(method: str) -> list[str]:
     """The method's knobs on tiny random models, from its YAML's `_test.tiny` (Medusa's random
     heads carry neither the frequency list that restricts their vocabulary nor the rank
     accuracies an auto tree is sized from: a static tree over the full vocabulary)."""
-    tiny = (method_defaults(method).get("_test") or {}).get("tiny") or {}
+    tiny = method_tests(method).get("tiny") or {}
     return [f"method.{k}={'null' if v is None else v}" for k, v in tiny.items()]
 
 
