@@ -131,8 +131,8 @@ class Block(nn.Module):
         vc[:, :, start : start + n] = v
         o = F.scaled_dot_product_attention(
             q,
-            kc[:, :, : start + n],
-            vc[:, :, : start + n],
+            kc[:, :, : start + n].to(q.dtype),
+            vc[:, :, : start + n].to(q.dtype),
             attn_mask=mask,
             enable_gqa=self.nh != self.nkv,
         )
@@ -289,6 +289,9 @@ class LeanEngine(Engine):
         self.window = (
             getattr(c, "sliding_window", None) if getattr(c, "use_sliding_window", True) else None
         )
+        # the KV cache's dtype (model.kv_dtype): the activations' unless asked; a bfloat16 cache
+        # halves what a step reads of it, each key and value rounded once as it is written
+        self.kv_dtype = model.dtype
         self.run = self.model  # the forward; compile() swaps in a compiled one
         self.compiled = False
         # the weights in 2 MB pages where the OS lends them: a step streams them all (same bits)
@@ -301,7 +304,7 @@ class LeanEngine(Engine):
             self.kv_heads,
             max(capacity, 16),
             self.head_dim,
-            self.dtype,
+            self.kv_dtype,
             self.device,
         )
 

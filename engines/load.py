@@ -38,6 +38,7 @@ ENGINES = ("auto", "hf", "lean")
 WEIGHTS = ("auto",) + FORMATS
 DTYPES = ("auto",) + tuple(FLOATS)
 KERNELS = ("auto", "aten", "onednn", *native.FAMILIES)
+KV_DTYPES = ("auto", "float32", "bfloat16")  # the lean engine's KV cache; auto: the activations'
 
 
 def native_dtypes(device: torch.device) -> list[str]:
@@ -292,8 +293,10 @@ def load(
     dtype: str = "auto",
     kernel: str = "auto",
     compile: bool = False,
+    kv_dtype: str = "auto",
 ):
     """(engine object, choice): `choice` records what was resolved and why."""
+    _check(kv_dtype, KV_DTYPES, "model.kv_dtype")
     source = Source(spec)
     device = torch.device(device)
     eng_name, eng_why = resolve_engine(source, engine)
@@ -305,6 +308,7 @@ def load(
         else ("transformers", {"reason": "engine=hf"})
     )
     eng = build_engine(source, eng_name, w, dt, device, k)
+    kv, kv_why = _kv_dtype(eng, eng_name, kv_dtype)
     if compile:
         if eng_name != "lean":
             raise UserError(
@@ -320,9 +324,26 @@ def load(
         "dtype_probe": dt_why,
         "kernel": k,
         "kernel_probe": k_why,
+        "kv_dtype": kv,
+        "kv_dtype_reason": kv_why,
         **eng.describe(),
     }
     return eng, choice
+
+
+def _kv_dtype(eng, engine: str, asked: str) -> tuple[str, str]:
+    """The KV cache's dtype (model.kv_dtype), set on a lean engine, and why."""
+    if engine != "lean":
+        if asked != "auto":
+            raise UserError(
+                f"model.kv_dtype={asked} needs engine=lean (engine={engine} keeps the cache "
+                "transformers gives it); use model.kv_dtype=auto"
+            )
+        return str(eng.dtype).removeprefix("torch."), "engine=hf: transformers' own cache"
+    if asked == "auto":
+        return str(eng.kv_dtype).removeprefix("torch."), "auto: the activations' dtype"
+    eng.kv_dtype = FLOATS[asked]
+    return asked, "asked (model.kv_dtype)"
 
 
 def wrap(model, engine: str = "hf", weights: str | None = None, kernel: str = "aten"):

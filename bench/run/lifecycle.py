@@ -149,6 +149,7 @@ def load_target(cfg, device, shared: dict | None = None) -> tuple[object, dict]:
         dtype=str(cfg.model.get("dtype", "auto")),
         kernel=str(cfg.model.get("kernel", "auto")),
         compile=bool(cfg.model.get("compile", False)),
+        kv_dtype=str(cfg.model.get("kv_dtype", "auto")),
     )
     key = (str(cfg.model.target), str(device), *asked.values())
     if shared is not None and key in shared:

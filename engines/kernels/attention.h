@@ -10,6 +10,9 @@
 // number of query rows enters a row's numbers: a row alone or among 64 tree nodes gives the
 // same bits. For speed, the heads of one row that share a KV head (they see the same keys) go
 // side by side, each value row loaded once for them all; a thread takes (row, KV head) units.
+// The cache holds float32 or bfloat16 (`model.kv_dtype`): a bfloat16 key or value is widened to
+// float32 exactly as it is loaded, and everything after is the float32 arithmetic above, so a
+// row's bits are still the same alone or among others, on every build.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -17,7 +20,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "isa.h"
@@ -45,14 +50,33 @@ inline Vec vexp(Vec x) {
 
 constexpr int64_t MAX_HD = 256;  // the widest head attention() takes
 
+// dot_parts against a cache row of float32 or of bfloat16 bits (uint16_t): the ISA's own for
+// float32; for bfloat16 the same fmas in the same order over the widened values.
+template <typename T>
+inline void kv_dot_parts(const float* a, const T* b, int64_t n, Vec& a0, Vec& a1) {
+  if constexpr (std::is_same_v<T, float>) {
+    dot_parts(a, b, n, a0, a1);
+  } else {
+    Vec s0 = vzero(), s1 = vzero();
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+      s0 = vfma(vload(a + k), vload(b + k), s0);
+      s1 = vfma(vload(a + k + 8), vload(b + k + 8), s1);
+    }
+    if (k < n) s0 = vfma(vload(a + k), vload(b + k), s0);
+    a0 = s0;
+    a1 = s1;
+  }
+}
+
 // G heads of one query row that share a KV head, hence its visible keys (their slots in `at`):
 // each head's scores (dot · scale, eight keys' dots finished at once by finish8: per key the
 // tree dot uses), their maximum, e^(s − max), the weights' sum key by key, and the output as
 // one fma chain per lane over the keys' values, divided by the sum. The heads go side by side
 // (their chains independent, each value row loaded once for all G): a head's numbers are the
 // same alone. s: G rows of `stride` floats; lanes past the count are computed, unused.
-template <int G, int W>
-inline void attend_heads(const float* const q[G], const float* k, const float* v,
+template <int G, int W, typename T>
+inline void attend_heads(const float* const q[G], const T* k, const T* v,
                          const std::vector<int64_t>& at, int64_t hd, float scale, float* s,
                          int64_t stride, float* const out[G]) {
   const int64_t c = static_cast<int64_t>(at.size());
@@ -61,7 +85,7 @@ inline void attend_heads(const float* const q[G], const float* k, const float* v
     float* sg = s + g * stride;
     for (int64_t j = 0; j < c; j += 8) {
       Vec a0[8], a1[8];
-      for (int u = 0; u < 8; ++u) dot_parts(q[g], k + at[std::min(j + u, c - 1)] * hd, hd, a0[u], a1[u]);
+      for (int u = 0; u < 8; ++u) kv_dot_parts(q[g], k + at[std::min(j + u, c - 1)] * hd, hd, a0[u], a1[u]);
       vstore(sg + j, vmul(finish8(a0, a1), vset(scale)));
     }
     mx[g] = -std::numeric_limits<float>::infinity();
@@ -82,7 +106,7 @@ inline void attend_heads(const float* const q[G], const float* k, const float* v
   for (int64_t j = 0; j < c; ++j) {
     Vec p[G];
     for (int g = 0; g < G; ++g) p[g] = vset(s[g * stride + j]);
-    const float* vj = v + at[j] * hd;
+    const T* vj = v + at[j] * hd;
     for (int64_t d = 0; d < w; ++d) {
       const Vec x = vload(vj + 8 * d);
       for (int g = 0; g < G; ++g) o[g][d] = vfma(p[g], x, o[g][d]);
@@ -94,19 +118,20 @@ inline void attend_heads(const float* const q[G], const float* k, const float* v
 
 // As many heads side by side as the registers hold their accumulators (hd = 64: three where
 // the build has 32 vector registers), the rest one by one.
-inline void attend_group(const float* const* q, int64_t heads, const float* k, const float* v,
+template <typename T>
+inline void attend_group(const float* const* q, int64_t heads, const T* k, const T* v,
                          const std::vector<int64_t>& at, int64_t hd, float scale, float* s,
                          int64_t stride, float* const* out) {
   constexpr bool wide = SPECSWEEP_VEC_REGS >= 32;
   int64_t h = 0;
   if (hd == 64 && wide) {
-    for (; h + 3 <= heads; h += 3) attend_heads<3, 8>(q + h, k, v, at, hd, scale, s, stride, out + h);
-    for (; h + 2 <= heads; h += 2) attend_heads<2, 8>(q + h, k, v, at, hd, scale, s, stride, out + h);
+    for (; h + 3 <= heads; h += 3) attend_heads<3, 8, T>(q + h, k, v, at, hd, scale, s, stride, out + h);
+    for (; h + 2 <= heads; h += 2) attend_heads<2, 8, T>(q + h, k, v, at, hd, scale, s, stride, out + h);
   }
   for (; h < heads; ++h) {
-    if (hd == 64) attend_heads<1, 8>(q + h, k, v, at, hd, scale, s, stride, out + h);
-    else if (hd == 128) attend_heads<1, 16>(q + h, k, v, at, hd, scale, s, stride, out + h);
-    else attend_heads<1, 0>(q + h, k, v, at, hd, scale, s, stride, out + h);
+    if (hd == 64) attend_heads<1, 8, T>(q + h, k, v, at, hd, scale, s, stride, out + h);
+    else if (hd == 128) attend_heads<1, 16, T>(q + h, k, v, at, hd, scale, s, stride, out + h);
+    else attend_heads<1, 0, T>(q + h, k, v, at, hd, scale, s, stride, out + h);
   }
 }
 
@@ -115,12 +140,13 @@ inline void attend_group(const float* const* q, int64_t heads, const float* k, c
 // n_b new rows at slots [starts[b], starts[b] + n_b); masks[b] (n_b, starts[b] + n_b) bool
 // (true: visible), or empty (causal). Returns o (N, nh·hd). A row attends only to its own
 // sequence's visible keys, exactly as alone: (row, KV head) units are shared among the threads.
-inline torch::Tensor attention_seqs(torch::Tensor qkv, const std::vector<torch::Tensor>& kcs,
-                                    const std::vector<torch::Tensor>& vcs,
-                                    const std::vector<int64_t>& rows,
-                                    const std::vector<int64_t>& starts,
-                                    const std::vector<torch::Tensor>& masks, int64_t nh,
-                                    int64_t nkv, int64_t hd) {
+template <typename T>
+inline torch::Tensor attention_seqs_t(torch::Tensor qkv, const std::vector<torch::Tensor>& kcs,
+                                      const std::vector<torch::Tensor>& vcs,
+                                      const std::vector<int64_t>& rows,
+                                      const std::vector<int64_t>& starts,
+                                      const std::vector<torch::Tensor>& masks, int64_t nh,
+                                      int64_t nkv, int64_t hd) {
   TORCH_CHECK(qkv.scalar_type() == torch::kFloat32 && qkv.is_contiguous() && qkv.dim() == 2,
               "attention: qkv (n, width) contiguous float32");
   const int64_t B = static_cast<int64_t>(starts.size());
@@ -134,16 +160,18 @@ inline torch::Tensor attention_seqs(torch::Tensor qkv, const std::vector<torch::
   const int64_t N = qkv.size(0), width = qkv.size(1);
   std::vector<int64_t> seq(N);            // a row's sequence
   std::vector<const bool*> vis(B, nullptr);
-  std::vector<const float*> kp(B), vp(B);  // each sequence's keys and values, (kv, cap_b, hd)
+  std::vector<const T*> kp(B), vp(B);  // each sequence's keys and values, (kv, cap_b, hd)
   std::vector<int64_t> cap(B);
   std::vector<torch::Tensor> held(B);     // the masks as contiguous bool, kept alive
   for (int64_t b = 0; b < B; ++b) {
     const auto &kc = kcs[b], &vc = vcs[b];
     TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.dim() == 3 &&
                     kc.size(0) == nkv && kc.size(2) == hd && vc.sizes() == kc.sizes() &&
-                    kc.scalar_type() == torch::kFloat32 && vc.scalar_type() == torch::kFloat32,
-                "attention: each cache (kv, cap, hd) contiguous float32");
-    kp[b] = kc.data_ptr<float>(), vp[b] = vc.data_ptr<float>(), cap[b] = kc.size(1);
+                    kc.scalar_type() == kcs[0].scalar_type() &&
+                    vc.scalar_type() == kcs[0].scalar_type(),
+                "attention: each cache (kv, cap, hd) contiguous, all of one dtype");
+    kp[b] = static_cast<const T*>(kc.data_ptr()), vp[b] = static_cast<const T*>(vc.data_ptr());
+    cap[b] = kc.size(1);
     const int64_t n = rows[b + 1] - rows[b], total = starts[b] + n;
     TORCH_CHECK(n >= 0 && starts[b] >= 0 && total <= cap[b],
                 "attention: start + n past the cache");
@@ -188,6 +216,21 @@ inline torch::Tensor attention_seqs(torch::Tensor qkv, const std::vector<torch::
     }
   });
   return o;
+}
+
+// The caches in float32 or bfloat16 (every sequence's the same): attention_seqs_t over them.
+inline torch::Tensor attention_seqs(torch::Tensor qkv, const std::vector<torch::Tensor>& kcs,
+                                    const std::vector<torch::Tensor>& vcs,
+                                    const std::vector<int64_t>& rows,
+                                    const std::vector<int64_t>& starts,
+                                    const std::vector<torch::Tensor>& masks, int64_t nh,
+                                    int64_t nkv, int64_t hd) {
+  TORCH_CHECK(!kcs.empty(), "attention: no caches");
+  const auto dt = kcs[0].scalar_type();
+  if (dt == torch::kBFloat16)
+    return attention_seqs_t<uint16_t>(qkv, kcs, vcs, rows, starts, masks, nh, nkv, hd);
+  TORCH_CHECK(dt == torch::kFloat32, "attention: a cache in float32 or bfloat16");
+  return attention_seqs_t<float>(qkv, kcs, vcs, rows, starts, masks, nh, nkv, hd);
 }
 
 // One sequence: qkv (n, width), kc/vc (kv, cap, hd) this layer's cache with the n new rows at

@@ -20,6 +20,11 @@ using Vec = __m256;
 
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
+// eight bfloat16 (their bits) widened to float32: exact, the bits shifted into the high half
+inline Vec vload(const uint16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 
 inline void vstore(float* p, Vec a) { _mm256_storeu_ps(p, a); }

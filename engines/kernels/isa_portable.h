@@ -21,6 +21,15 @@ struct Vec { float v[8]; };
 
 inline Vec vzero() { return Vec{}; }
 inline Vec vload(const float* p) { Vec r; for (int j = 0; j < 8; ++j) r.v[j] = p[j]; return r; }
+// eight bfloat16 (their bits) widened to float32: exact, the bits shifted into the high half
+inline Vec vload(const uint16_t* p) {
+  Vec r;
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t w = static_cast<uint32_t>(p[j]) << 16;
+    std::memcpy(&r.v[j], &w, sizeof w);
+  }
+  return r;
+}
 inline Vec vfma(Vec a, Vec b, Vec c) {
   for (int j = 0; j < 8; ++j) c.v[j] = std::fma(a.v[j], b.v[j], c.v[j]);
   return c;
