@@ -29,6 +29,7 @@ Siblings must be listed exactly as drawn (duplicates of i.i.d. draws kept, draw 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -65,7 +66,12 @@ class TreeLayout:
 
     @classmethod
     def from_parents(cls, parents) -> "TreeLayout":
-        parents = tuple(int(a) for a in parents)
+        """The layout of `parents`; built once per shape (a drafter proposes the same few
+        shapes round after round) and shared: its tensors are never written."""
+        return _layout(tuple(int(a) for a in parents))
+
+    @classmethod
+    def build(cls, parents: tuple[int, ...]) -> "TreeLayout":
         n = len(parents)
         above: list[list[int]] = [[0]]  # verify rows each row sees: itself and its ancestors
         depth = [0]
@@ -95,6 +101,11 @@ class TreeLayout:
     def chain(cls, n: int) -> "TreeLayout":
         """x_1..x_n as a tree: node i's parent is node i − 1."""
         return cls.from_parents(range(-1, n - 1))
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout(parents: tuple[int, ...]) -> TreeLayout:
+    return TreeLayout.build(parents)
 
 
 @dataclass

@@ -10,6 +10,8 @@ target feature is known (committed tokens except the last). Per round:
      frontier (a wider one could not add a node to the kept tree);
   3. the `total_tokens` best-scored nodes of all drafted ones form the tree (a child never
      outscores its parent, so the choice is prefix-closed); the head's tree entries are dropped.
+     With one node a depth (top_k or total_tokens 1) the tree is a chain, drafted without the
+     tree's bookkeeping (`_chain`: the same tokens and head steps).
 The target verifies the tree (methods.base.TreeMethod: methods.treeverify, groundfloor.tree); greedy
 follows the argmax path, T > 0 uses the tree rule with the candidates as point masses (lossless:
 the tree depends only on the draft). The verify forward's features of the root and the accepted
@@ -305,12 +307,20 @@ class Eagle(TreeMethod):
     def draft(self, state) -> TreeProposal:
         if self.auto is not None:
             return self.draft_auto(state)
+        out = self._catch_up(state)
+        base = len(state.aux["head_cache"])  # n − 1: committed positions
+        if min(self.top_k, self.total_tokens) == 1:
+            return self._chain(state, out[-1:], base)
+        return self._tree(state, out[-1:], base)
+
+    def _tree(self, state, root, base: int) -> TreeProposal:
+        """A fixed-size tree: top_k children of each frontier node, the top_k best new nodes
+        the next frontier, depth levels, the total_tokens best nodes kept. root: the head's
+        output at the root (1, H)."""
         head, cache = self.head, state.aux["head_cache"]
         dev = state.ids.device
         n = state.length
-        out = self._catch_up(state)
-        base = len(cache)  # n − 1: committed positions
-        lp = torch.log_softmax(head.logits(out[-1:]).float(), -1)[0]
+        lp = torch.log_softmax(head.logits(root).float(), -1)[0]
         # a frontier wider than the budget adds nothing: the kept nodes are the budget's best,
         # prefix-closed, so each depth's kept nodes are among its best `total_tokens`
         K = min(self.top_k, self.total_tokens, lp.numel())
@@ -321,7 +331,7 @@ class Eagle(TreeMethod):
         score = [top.values]
         frontier = torch.arange(K, device=dev)  # pool indices of the nodes to expand next
         f_tok, f_par, f_score = top.indices, [-1] * K, top.values  # their tokens, parents, scores
-        f_feat = out[-1].expand(K, -1)
+        f_feat = root[0].expand(K, -1)
         chain = {-1: []}  # expanded pool node → head-cache rows of it and its ancestors
         size = K
         for d in range(1, self.depth):
@@ -349,6 +359,25 @@ class Eagle(TreeMethod):
         tokens = head.to_target(all_tok[keep])
         return TreeProposal(
             tokens=tokens, layout=TreeLayout.from_parents(parents), steps=self.depth
+        )
+
+    def _chain(self, state, o, base: int) -> TreeProposal:
+        """top_k = 1 (or a budget of one node a depth): each depth's one node is the head's
+        most likely token after its parent, so the tree is a chain, each node seeing the cache
+        and the nodes before it (causal); the same tokens as the tree code's, without its
+        bookkeeping. o: the head's output at the root (1, H)."""
+        head, cache = self.head, state.aux["head_cache"]
+        pos = state.length - 1  # the first node's position in the head's cache
+        toks = [head.logits(o).argmax(-1)]
+        for d in range(1, self.depth):  # depth ≤ total_tokens (_fit_depth)
+            ids = head.to_target(toks[-1])
+            o = head.step(o, ids, torch.tensor([pos + d - 1], device=o.device), None, cache)
+            toks.append(head.logits(o).argmax(-1))
+        cache.truncate(base)
+        return TreeProposal(
+            tokens=head.to_target(torch.cat(toks)),
+            layout=TreeLayout.chain(len(toks)),
+            steps=len(toks),
         )
 
     def draft_auto(self, state) -> TreeProposal:

@@ -20,7 +20,7 @@ from engines import native
 from engines.base import tree_mask
 from engines.load import wrap
 from methods import budget
-from methods.eagle import HeadCache
+from methods.eagle import Eagle, HeadCache
 from methods.registry import build_method
 from train.eagle_spec import EagleSpec, unroll_mask
 
@@ -189,6 +189,7 @@ def test_unrolled_training_matches_inference_drafting(target):
     [
         {"k": 4, "top_k": 3, "total_tokens": 10},
         {"k": 1, "top_k": 1, "total_tokens": 1},
+        {"k": 4, "top_k": 1, "total_tokens": 3},
         {"k": 6, "top_k": 4, "total_tokens": "auto"},
     ],
 )
@@ -214,6 +215,30 @@ def test_dynamic_tree_reproduces_ar(target, tmp_path, kind, knobs, monkeypatch):
         n = budget.choose(curve, m.ratio)
         assert m.info["verify_cost_ms"] == {k: round(c * 1e3, 2) for k, c in curve.items()}
         assert m.total_tokens == max(n - 1, 1) and n > 2
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_a_chain_drafts_the_tree_codes_tokens(target, tmp_path, kind, monkeypatch):
+    """One node a depth (top_k=1): the chain path proposes, round by round, the tokens and
+    the shape the tree code proposes, in as many head steps."""
+    d = save_head(target, kind, tmp_path / "head", seed=4)
+    seen = {}
+    for path in ("chain", "tree"):
+        if path == "tree":
+            monkeypatch.setattr(Eagle, "_chain", Eagle._tree)
+        m = eagle_method(target, kind, d, k=4, top_k=1, total_tokens=3)
+        rounds, draft = [], m.draft
+
+        def record(state, draft=draft, rounds=rounds):
+            p = draft(state)
+            rounds.append((p.tokens.tolist(), p.layout.parents, p.steps))
+            return p
+
+        m.draft = record
+        outs = [run(m, p).output_ids for p in prompts(3, seed=15)]
+        seen[path] = ([r[:2] for r in rounds], outs, {r[2] for r in rounds})
+    assert seen["chain"][:2] == seen["tree"][:2] and len(seen["chain"][0]) > 20
+    assert seen["chain"][2] == seen["tree"][2] == {3}  # depth ≤ the budget (Eagle._fit_depth)
 
 
 @pytest.mark.parametrize("kind", ["eagle", "eagle3"])
