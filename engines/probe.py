@@ -99,6 +99,28 @@ def in_batch(costs: dict, batch: int) -> dict:
     return {q: share + interpolate(costs, batch + q - 1) - base for q in costs}
 
 
+class BatchCurve(dict):
+    """k=auto's curve for one sequence among `batch` (batch=B): as a dict, in_batch's (every
+    other sequence plain); `verify(q)` prices its q rows on the round's forward as it stands
+    when it drafts: `others()` counts the rows the other sequences put in it (those already
+    asked for, one for each still drafting: engines.shared.Seat.others_rows), so a sequence
+    drafting after others that drafted much pays what its rows add on top of theirs. The
+    sequences decide one after another, each seeing the choices before it: a greedy joint
+    choice of the round's draft lengths."""
+
+    def __init__(self, costs: dict, batch: int, others=None):
+        super().__init__(in_batch(costs, batch))
+        self.raw, self.batch, self.others = dict(costs), int(batch), others
+        self.share = interpolate(self.raw, self.batch) / self.batch
+
+    def verify(self, q: float) -> float:
+        """Seconds of a round verifying q rows of this sequence: its share of a plain forward
+        and what its q − 1 extra rows add to the others' rows."""
+        base = self.others() if self.others is not None else self.batch - 1
+        raw = self.raw
+        return self.share + interpolate(raw, base + q) - interpolate(raw, base + 1)
+
+
 def ratios(costs: dict) -> dict:
     base = costs[min(costs)]
     return {q: c / base for q, c in costs.items()}

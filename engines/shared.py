@@ -43,6 +43,10 @@ class Seat:
     def __exit__(self, *exc):
         self._shared.leave(self._slot)
 
+    def others_rows(self) -> int:
+        """Rows the other seats put in the coming shared forward (SharedForward.others_rows)."""
+        return self._shared.others_rows(self._slot)
+
     def forward(
         self, ids, cache, positions=None, mask=None, logits_to_keep: int = 0, hidden=()
     ) -> Out:
@@ -68,6 +72,7 @@ class SharedForward:
         self.running: int | None = min(self.live) if self.live else None  # who may run now
         self.forwards = self.rows = 0  # shared forwards run, and the rows they held
         self.merged = 0  # of them, those that held several sequences
+        self.asked_rows = 0  # the rows of the forwards waiting in `asked`
 
     def seat(self, slot: int) -> Seat:
         return Seat(self, slot)
@@ -115,12 +120,21 @@ class SharedForward:
         """slot's thread is done (or failed): the baton moves on without it."""
         with self.cv:
             self.live.discard(slot)
-            self.asked.pop(slot, None)
+            gone = self.asked.pop(slot, None)
+            self.asked_rows -= 0 if gone is None else int(gone[0].numel())
             self._pass()
+
+    def others_rows(self, slot: int) -> int:
+        """The rows the seats other than `slot` put in the coming shared forward: those they
+        asked for, and one for each live seat that has not asked yet (a plain round, until it
+        drafts). Read by the seat holding the baton, while no other thread changes them."""
+        mine = slot in self.live and slot not in self.asked
+        return self.asked_rows + len(self.live) - len(self.asked) - mine
 
     def forward(self, slot: int, args: tuple) -> Out:
         with self.cv:
             self.asked[slot] = args
+            self.asked_rows += int(args[0].numel())
             self._pass()
             self.cv.wait_for(lambda: self.running == slot)
             out = self.done.pop(slot)
@@ -151,6 +165,7 @@ class SharedForward:
     def _run(self) -> None:
         slots = sorted(self.asked)
         args = [self.asked.pop(s) for s in slots]
+        self.asked_rows = 0
         self.forwards += 1
         self.merged += len(args) > 1
         self.rows += sum(int(a[0].numel()) for a in args)

@@ -5,6 +5,7 @@ conversations of several turns, sequences that stop early and more conversations
 from __future__ import annotations
 
 import pytest
+import torch
 from helpers import GREEDY, build, engine_of, make_ctx, prompts, run, tiny_knobs
 
 from bench.decode.batch import Batch
@@ -179,3 +180,50 @@ def test_a_sequence_in_a_batch_prices_its_rows_on_the_batch_forward():
         sequence_gains = (1 + extra) / c[n + 1] > 1 / c[1]
         assert batch_gains == sequence_gains, (n, extra)
     assert in_batch(costs, 8)[2] - in_batch(costs, 8)[1] > c[2] - c[1]  # rows dearer at 8
+
+
+def test_a_round_prices_each_sequences_rows_on_top_of_the_rows_before_it():
+    """engines.probe.BatchCurve: with the others plain it is in_batch's curve; after sequences
+    before it in the round drafted, a sequence's rows cost what they add on top of theirs, so
+    past the sizes a forward reads its weights for, the same acceptance drafts less (a greedy
+    joint choice of the round's draft lengths)."""
+    from engines.probe import BatchCurve, in_batch
+    from methods.auto.chain import best_chain
+    from methods.auto.costs import Costs
+
+    curve = {1: 4.0, 2: 4.2, 4: 4.6, 8: 6.8, 12: 10.0, 16: 12.8}
+    others = [3]
+    bc = BatchCurve(curve, 4, lambda: others[0])
+    assert dict(bc) == in_batch(curve, 4)
+    assert all(bc.verify(q) == pytest.approx(bc[q]) for q in curve)
+    costs = Costs(bc)
+    alphas = [0.5] * 6
+    k_plain_others = best_chain(alphas, costs, 6, 0)
+    two_rows = costs.verify(3) - costs.verify(1)
+    others[0] = 9  # the sequences before it drafted 6 rows more
+    assert costs.verify(1) == pytest.approx(bc[1])  # a plain round still costs its share
+    assert costs.verify(3) - costs.verify(1) > two_rows
+    assert best_chain(alphas, costs, 6, 0) < k_plain_others == 1
+
+
+def test_a_seat_counts_the_rows_the_others_put_in_the_coming_forward(env):
+    """Seat.others_rows: the rows the seats before it in the round asked for, and one for each
+    seat after it (not yet drafted), read as it drafts; a seat that leaves takes its rows."""
+    from engines.shared import SharedForward
+
+    eng = env["lean"]
+    shared = SharedForward(eng)
+    seen = {}
+
+    def work(b, item):
+        cache = eng.new_cache(16)
+        for r in range(2):
+            seen[(b, r)] = shared.seat(b).others_rows()
+            ids = torch.arange(1 + b + r * (b + 1))[None] + 3  # seat b asks 1 + b (+ b + 1) rows
+            shared.seat(b).forward(ids, cache)
+
+    shared.map(work, [0, 1, 2], 3)
+    # round 0: seat 0 sees seats 1, 2 plain; seat 1: seat 0's 1 row + seat 2; seat 2: 1 + 2
+    assert [seen[(b, 0)] for b in range(3)] == [2, 2, 3]
+    assert [seen[(b, 1)] for b in range(3)] == [2, 2 + 1, 2 + 4]
+    assert shared.asked_rows == 0

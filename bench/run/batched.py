@@ -24,8 +24,9 @@ from methods.registry import Context, build_method
 def slot_methods(runner, name_or_cfg):
     """make_method for Batch: the run's method (or its baseline) on a slot's target; k=auto
     calibrated with the run's drafting costs and the cost curve as one sequence among B sees
-    it (engines.probe.in_batch: a draft pays when it raises the batch's tokens per second),
-    planning on that model rather than on its rounds' measured time (the batch's)."""
+    it (engines.probe.BatchCurve: a draft pays when it raises the batch's tokens per second,
+    its rows priced on top of those the sequences before it in the round chose), planning on
+    that model rather than on its rounds' measured time (the batch's)."""
 
     B = int(runner.cfg.batch)
 
@@ -37,7 +38,8 @@ def slot_methods(runner, name_or_cfg):
         m.round_seconds = B == 1  # among others its rounds' time is the batch's
         if runner.calibration is not None:  # k=auto on its share of the batch's forward
             curve, drafting = runner.calibration
-            m.calibrate(probe.in_batch(curve, B), drafting)
+            others = getattr(target, "others_rows", None)  # the round's rows so far
+            m.calibrate(probe.BatchCurve(curve, B, others) if B > 1 else curve, drafting)
         return m
 
     return make

@@ -16,6 +16,8 @@ class Costs:
     ):
         self.q = sorted(curve)
         self.c = [float(curve[q]) for q in self.q]
+        # batch=B (engines.probe.BatchCurve): rows priced on the round's shared forward
+        self.batch = curve if callable(getattr(curve, "verify", None)) else None
         self.step_s, self.round_s = float(step_s), float(round_s)
         self.overhead_s = max(float(overhead_s), 0.0)
         # ρ: measured ÷ modelled cost of drafting (what a round costs beyond a plain one), fitted
@@ -26,7 +28,10 @@ class Costs:
 
     def verify(self, q: int) -> float:
         """Seconds of one target forward over q tokens, linear between timed sizes (and past
-        the largest, along its last segment)."""
+        the largest, along its last segment); at batch=B, on the shared forward as the other
+        sequences have filled it so far (engines.probe.BatchCurve)."""
+        if self.batch is not None:
+            return self.batch.verify(q)
         xs, ys = self.q, self.c
         if len(xs) == 1:
             return ys[0] * q / xs[0]
