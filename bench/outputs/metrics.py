@@ -25,6 +25,7 @@ from bench.outputs.answers import answer_turns
 
 KEYS = ["task", "category", "method", "k", "temperature", "device", "engine", "weights", "dtype"]
 KEYS += ["batch"]  # conversations decoded together
+KEYS += ["kv_dtype"]  # the KV cache's dtype (model.kv_dtype, resolved)
 UNIT = ["task", "prompt_id", "turn"]
 
 
@@ -539,6 +540,8 @@ def summarize(records: pd.DataFrame, costs: dict | None = None, skipped: int = 0
         records = records.assign(category=records["task"])
     if "batch" not in records:  # records written before batch=B decoded one at a time
         records = records.assign(batch=1)
+    if "kv_dtype" not in records:  # written before model.kv_dtype: the activations' dtype
+        records = records.assign(kv_dtype=records["dtype"] if "dtype" in records else None)
     method = records[records.role == "method"]
     base = records[records.role == "baseline"]
     tasks = sorted(method.task.unique())

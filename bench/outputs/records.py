@@ -107,6 +107,7 @@ def run_info(cfg, method_name: str, k, device, choice: dict) -> dict:
         "weights": choice["weights"],
         "model": str(cfg.model.name),
         "batch": int(cfg.get("batch", 1)),  # conversations decoded together (bench.run.batched)
+        "kv_dtype": choice.get("kv_dtype", choice["dtype"]),  # the KV cache's (model.kv_dtype)
     }
 
 
