@@ -128,6 +128,12 @@ class Method:
         a constructor never times anything."""
         self.auto = self.policy(*args)
 
+    def force_drafting(self, on: bool) -> None:
+        """k=auto: every round drafts while `on` (the run's measure of the drafter's cost per
+        step reads steady rounds: each after a drafted one, no catch-up in it)."""
+        if self.auto is not None:
+            self.auto.forced = on
+
     def max_verify_width(self) -> int:
         """The most tokens one verify forward may append to the cache (sizes the cache)."""
         if self.auto is not None:

@@ -138,6 +138,11 @@ class Sam(TreeMethod):
         if self.static:
             state.aux["static_match"] = self.static.match(prompt)
 
+    def force_drafting(self, on: bool) -> None:
+        super().force_drafting(on)
+        if self.fallback:
+            self.fallback.force_drafting(on)
+
     def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0, 0.0)) -> bool:
         super().calibrate(costs, (0.0, *drafting[1:]))  # its own drafting is a lookup
         return self.fallback.calibrate(costs, drafting) if self.fallback else False

@@ -441,3 +441,19 @@ def test_constructors_never_time_the_engine(name, target, tmp_path, monkeypatch)
     assert m.auto is not None and m.auto.costs is None and not timed
     res = run(m, prompts(1, seed=5)[0], n=12)  # ready() plans with a provisional curve
     assert m.auto.costs is not None and res.output_ids
+
+
+def test_a_forced_policy_drafts_every_round():
+    """While the run measures a drafter's cost per step (Method.force_drafting), a learned
+    drafter's plain-round switch is off: every round drafts, so each after the first is a
+    steady one (a round after plain ones pays a catch-up, which read as a step priced EAGLE-2's
+    steps at ~4× their cost)."""
+    from methods.auto.tree import NodeRates, TreeChooser
+
+    for pol in (TreeChooser(8, 4), NodeRates([-1, 0, 1], 4)):
+        pol.gains.gain = 0.5  # below a plain round's, its probe not due: it would skip
+        assert pol.skip()
+        pol.forced = True
+        assert not any(pol.skip() for _ in range(40))
+        pol.forced = False
+        assert pol.skip()

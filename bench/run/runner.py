@@ -139,14 +139,20 @@ class Runner:
         the drafter's (seconds per step, seconds per round) and the loop's per-round overhead
         beyond c(1)), measured on one untimed pass of each side after the warm-up (whose
         first calls pay one-off costs: allocations, a first native call, caches grown; read
-        from them, a drafter step measured ~4× its steady cost and k=auto never drafted):
-        never assumed."""
+        from them, a drafter step measured ~4× its steady cost and k=auto never drafted),
+        every round of the method's pass drafting (a learned drafter's rounds after plain ones
+        pay a catch-up: read as steps, EAGLE-2's measured 2.9-3.5 ms against 0.8): never
+        assumed."""
         if self.method.auto is None:
             return self.cost_curve, (0.0, 0.0, 0.0)
         if not warm["method"]:  # warmup=0: a pass of each side that absorbs the first calls
             self.warm_pass(warm)
         measured = {"baseline": [], "method": []}
-        self.warm_pass(measured, tokens=32)
+        self.method.force_drafting(True)  # steady rounds to read a step's cost from
+        try:
+            self.warm_pass(measured, tokens=32)
+        finally:
+            self.method.force_drafting(False)
         step_s, round_s = turn.draft_costs(measured["method"])
         s_b = turn.base_step(measured["baseline"])
         curve = probe.anchored(self.cost_curve, s_b)

@@ -53,6 +53,9 @@ class Policy:
     """What every k=auto policy shares: the run's costs, set by `calibrate`, and their summary."""
 
     costs: Costs | None = None
+    # every round drafts (a learned drafter's plain-round switch is off): set while the run
+    # measures the drafter's cost per step, so that each round after the first is a steady one
+    forced = False
 
     def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
         self.costs = Costs(curve, step_s, round_s, overhead_s)

@@ -109,7 +109,7 @@ class TreeChooser(Policy):
         self.gains = Gain()
 
     def skip(self) -> bool:
-        return self.gains.skip()
+        return not self.forced and self.gains.skip()
 
     def note(self, n: int, steps: int) -> None:
         self.gains.note(n, steps, self.costs)
@@ -194,7 +194,7 @@ class NodeRates(Policy):
         self.gains = Gain()
 
     def skip(self) -> bool:
-        return self.gains.skip()
+        return not self.forced and self.gains.skip()
 
     def estimates(self) -> list[float]:
         w, out = PRIOR_WEIGHT, []
