@@ -22,7 +22,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "isa.h"
@@ -50,25 +49,6 @@ inline Vec vexp(Vec x) {
 
 constexpr int64_t MAX_HD = 256;  // the widest head attention() takes
 
-// dot_parts against a cache row of float32 or of bfloat16 bits (uint16_t): the ISA's own for
-// float32; for bfloat16 the same fmas in the same order over the widened values.
-template <typename T>
-inline void kv_dot_parts(const float* a, const T* b, int64_t n, Vec& a0, Vec& a1) {
-  if constexpr (std::is_same_v<T, float>) {
-    dot_parts(a, b, n, a0, a1);
-  } else {
-    Vec s0 = vzero(), s1 = vzero();
-    int64_t k = 0;
-    for (; k + 16 <= n; k += 16) {
-      s0 = vfma(vload(a + k), vload(b + k), s0);
-      s1 = vfma(vload(a + k + 8), vload(b + k + 8), s1);
-    }
-    if (k < n) s0 = vfma(vload(a + k), vload(b + k), s0);
-    a0 = s0;
-    a1 = s1;
-  }
-}
-
 // G heads of one query row that share a KV head, hence its visible keys (their slots in `at`):
 // each head's scores (dot · scale, eight keys' dots finished at once by finish8: per key the
 // tree dot uses), their maximum, e^(s − max), the weights' sum key by key, and the output as
@@ -85,7 +65,7 @@ inline void attend_heads(const float* const q[G], const T* k, const T* v,
     float* sg = s + g * stride;
     for (int64_t j = 0; j < c; j += 8) {
       Vec a0[8], a1[8];
-      for (int u = 0; u < 8; ++u) kv_dot_parts(q[g], k + at[std::min(j + u, c - 1)] * hd, hd, a0[u], a1[u]);
+      for (int u = 0; u < 8; ++u) dot_parts(q[g], k + at[std::min(j + u, c - 1)] * hd, hd, a0[u], a1[u]);
       vstore(sg + j, vmul(finish8(a0, a1), vset(scale)));
     }
     mx[g] = -std::numeric_limits<float>::infinity();
@@ -140,13 +120,12 @@ inline void attend_group(const float* const* q, int64_t heads, const T* k, const
 // n_b new rows at slots [starts[b], starts[b] + n_b); masks[b] (n_b, starts[b] + n_b) bool
 // (true: visible), or empty (causal). Returns o (N, nh·hd). A row attends only to its own
 // sequence's visible keys, exactly as alone: (row, KV head) units are shared among the threads.
-template <typename T>
-inline torch::Tensor attention_seqs_t(torch::Tensor qkv, const std::vector<torch::Tensor>& kcs,
-                                      const std::vector<torch::Tensor>& vcs,
-                                      const std::vector<int64_t>& rows,
-                                      const std::vector<int64_t>& starts,
-                                      const std::vector<torch::Tensor>& masks, int64_t nh,
-                                      int64_t nkv, int64_t hd) {
+inline torch::Tensor attention_seqs(torch::Tensor qkv, const std::vector<torch::Tensor>& kcs,
+                                    const std::vector<torch::Tensor>& vcs,
+                                    const std::vector<int64_t>& rows,
+                                    const std::vector<int64_t>& starts,
+                                    const std::vector<torch::Tensor>& masks, int64_t nh,
+                                    int64_t nkv, int64_t hd) {
   TORCH_CHECK(qkv.scalar_type() == torch::kFloat32 && qkv.is_contiguous() && qkv.dim() == 2,
               "attention: qkv (n, width) contiguous float32");
   const int64_t B = static_cast<int64_t>(starts.size());
@@ -160,9 +139,11 @@ inline torch::Tensor attention_seqs_t(torch::Tensor qkv, const std::vector<torch
   const int64_t N = qkv.size(0), width = qkv.size(1);
   std::vector<int64_t> seq(N);            // a row's sequence
   std::vector<const bool*> vis(B, nullptr);
-  std::vector<const T*> kp(B), vp(B);  // each sequence's keys and values, (kv, cap_b, hd)
+  std::vector<const void*> kp(B), vp(B);  // each sequence's keys and values, (kv, cap_b, hd)
   std::vector<int64_t> cap(B);
   std::vector<torch::Tensor> held(B);     // the masks as contiguous bool, kept alive
+  TORCH_CHECK(kcs[0].scalar_type() == torch::kFloat32 || kcs[0].scalar_type() == torch::kBFloat16,
+              "attention: a cache in float32 or bfloat16");
   for (int64_t b = 0; b < B; ++b) {
     const auto &kc = kcs[b], &vc = vcs[b];
     TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.dim() == 3 &&
@@ -170,7 +151,7 @@ inline torch::Tensor attention_seqs_t(torch::Tensor qkv, const std::vector<torch
                     kc.scalar_type() == kcs[0].scalar_type() &&
                     vc.scalar_type() == kcs[0].scalar_type(),
                 "attention: each cache (kv, cap, hd) contiguous, all of one dtype");
-    kp[b] = static_cast<const T*>(kc.data_ptr()), vp[b] = static_cast<const T*>(vc.data_ptr());
+    kp[b] = kc.data_ptr(), vp[b] = vc.data_ptr();
     cap[b] = kc.size(1);
     const int64_t n = rows[b + 1] - rows[b], total = starts[b] + n;
     TORCH_CHECK(n >= 0 && starts[b] >= 0 && total <= cap[b],
@@ -187,6 +168,7 @@ inline torch::Tensor attention_seqs_t(torch::Tensor qkv, const std::vector<torch
   const float* qp = qkv.data_ptr<float>();
   float* op = o.data_ptr<float>();
   const int64_t group = nh / nkv;
+  const bool bf16 = kcs[0].scalar_type() == torch::kBFloat16;
   int64_t longest = 0;
   for (int64_t b = 0; b < B; ++b) longest = std::max(longest, starts[b] + rows[b + 1] - rows[b]);
   // a unit of work: one row's heads over one KV head (they see the same keys)
@@ -211,26 +193,17 @@ inline torch::Tensor attention_seqs_t(torch::Tensor qkv, const std::vector<torch
         outs[g] = op + row * nh * hd + (kv * group + g) * hd;
       }
       const int64_t at_kv = kv * cap[b] * hd;
-      attend_group(qs.data(), group, kp[b] + at_kv, vp[b] + at_kv, at, hd, scale, s.data(),
-                   stride, outs.data());
+      auto go = [&](auto* k, auto* v) {  // the cache's element type: float, or bfloat16 bits
+        attend_group(qs.data(), group, k + at_kv, v + at_kv, at, hd, scale, s.data(), stride,
+                     outs.data());
+      };
+      if (bf16)
+        go(static_cast<const uint16_t*>(kp[b]), static_cast<const uint16_t*>(vp[b]));
+      else
+        go(static_cast<const float*>(kp[b]), static_cast<const float*>(vp[b]));
     }
   });
   return o;
-}
-
-// The caches in float32 or bfloat16 (every sequence's the same): attention_seqs_t over them.
-inline torch::Tensor attention_seqs(torch::Tensor qkv, const std::vector<torch::Tensor>& kcs,
-                                    const std::vector<torch::Tensor>& vcs,
-                                    const std::vector<int64_t>& rows,
-                                    const std::vector<int64_t>& starts,
-                                    const std::vector<torch::Tensor>& masks, int64_t nh,
-                                    int64_t nkv, int64_t hd) {
-  TORCH_CHECK(!kcs.empty(), "attention: no caches");
-  const auto dt = kcs[0].scalar_type();
-  if (dt == torch::kBFloat16)
-    return attention_seqs_t<uint16_t>(qkv, kcs, vcs, rows, starts, masks, nh, nkv, hd);
-  TORCH_CHECK(dt == torch::kFloat32, "attention: a cache in float32 or bfloat16");
-  return attention_seqs_t<float>(qkv, kcs, vcs, rows, starts, masks, nh, nkv, hd);
 }
 
 // One sequence: qkv (n, width), kc/vc (kv, cap, hd) this layer's cache with the n new rows at

@@ -12,7 +12,8 @@
 //   quantize_block               q8a: 32 activations to int8, their sum and scale
 //   RLanes                       q8a: the microkernel over a repacked tile (family_q8a.h)
 //   dot(a, b, n)                 the row ops' Σ a·b (rowops.h, attention.h): dot_parts(a, b, n,
-//                                a0, a1) then finish; finish8 finishes eight pairs into 8 lanes
+//                                a0, a1) then finish; finish8 finishes eight pairs into 8 lanes;
+//                                dot_parts' b float32 or bfloat16 bits (vload of uint16_t widens)
 //   SPECSWEEP_VEC_REGS           the registers an 8-lane vector may use (16, or 32 with AVX-512VL)
 // and may specialize IsaMicro<Family> (contract.h) with a microkernel of its own (gemm.h for
 // f32, family_q8a.h for q8a).

@@ -181,14 +181,16 @@ struct RLanes {
 
 // Row ops: Σ a[k]·b[k] over n (a multiple of 8), 16 at a time into two accumulators (dot_parts),
 // then finish; finish8 finishes eight such pairs at once, lane p of its result finish(a0[p], a1[p]).
-inline void dot_parts(const float* a, const float* b, int64_t n, Vec& a0, Vec& a1) {
+// b: float32, or bfloat16 bits (a cache row), widened exactly by vload.
+template <typename T>
+inline void dot_parts(const float* a, const T* b, int64_t n, Vec& a0, Vec& a1) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), s1);
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), vload(b + k), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), vload(b + k + 8), s1);
   }
-  if (k < n) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), s0);
+  if (k < n) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), vload(b + k), s0);
   a0 = s0;
   a1 = s1;
 }

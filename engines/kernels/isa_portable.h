@@ -143,17 +143,17 @@ struct RLanes {
 
 // Row ops: Σ a[k]·b[k] over n (a multiple of 8), 16 at a time into two accumulators (dot_parts),
 // then finish; finish8 finishes eight such pairs at once, lane p of its result finish(a0[p], a1[p]).
-inline void dot_parts(const float* a, const float* b, int64_t n, Vec& a0, Vec& a1) {
+// b: float32, or bfloat16 bits (a cache row), widened exactly by vload.
+template <typename T>
+inline void dot_parts(const float* a, const T* b, int64_t n, Vec& a0, Vec& a1) {
   a0 = vzero();
   a1 = vzero();
   int64_t k = 0;
-  for (; k + 16 <= n; k += 16)
-    for (int j = 0; j < 8; ++j) {
-      a0.v[j] = std::fma(a[k + j], b[k + j], a0.v[j]);
-      a1.v[j] = std::fma(a[k + 8 + j], b[k + 8 + j], a1.v[j]);
-    }
-  if (k < n)
-    for (int j = 0; j < 8; ++j) a0.v[j] = std::fma(a[k + j], b[k + j], a0.v[j]);
+  for (; k + 16 <= n; k += 16) {
+    a0 = vfma(vload(a + k), vload(b + k), a0);
+    a1 = vfma(vload(a + k + 8), vload(b + k + 8), a1);
+  }
+  if (k < n) a0 = vfma(vload(a + k), vload(b + k), a0);
 }
 
 inline float dot(const float* a, const float* b, int64_t n) {
