@@ -95,8 +95,15 @@ def in_batch(costs: dict, batch: int) -> dict:
     the weights, extra rows cost the batch more, so fewer are drafted."""
     if batch <= 1:
         return dict(costs)
-    share, base = interpolate(costs, batch) / batch, interpolate(costs, batch)
-    return {q: share + interpolate(costs, batch + q - 1) - base for q in costs}
+    return {q: shared_round(costs, batch, batch - 1, q) for q in costs}
+
+
+def shared_round(costs: dict, batch: int, others: float, q: float) -> float:
+    """Seconds one sequence's round of q rows costs on a forward of `batch` sequences whose
+    others put `others` rows in it: its share T(batch)/batch of a plain round, plus what its
+    q − 1 extra rows add, T(others + q) − T(others + 1)."""
+    share = interpolate(costs, batch) / batch
+    return share + interpolate(costs, others + q) - interpolate(costs, others + 1)
 
 
 class BatchCurve(dict):
@@ -111,14 +118,12 @@ class BatchCurve(dict):
     def __init__(self, costs: dict, batch: int, others=None):
         super().__init__(in_batch(costs, batch))
         self.raw, self.batch, self.others = dict(costs), int(batch), others
-        self.share = interpolate(self.raw, self.batch) / self.batch
 
     def verify(self, q: float) -> float:
-        """Seconds of a round verifying q rows of this sequence: its share of a plain forward
-        and what its q − 1 extra rows add to the others' rows."""
+        """Seconds of a round verifying q rows of this sequence (shared_round), on top of the
+        rows the others have put in the forward so far."""
         base = self.others() if self.others is not None else self.batch - 1
-        raw = self.raw
-        return self.share + interpolate(raw, base + q) - interpolate(raw, base + 1)
+        return shared_round(self.raw, self.batch, base, q)
 
 
 def ratios(costs: dict) -> dict:
