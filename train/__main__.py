@@ -43,21 +43,25 @@ def needed_layers(cfg) -> list[int]:
 
 def training_data(cfg, progress=None) -> tuple[list[dict], dict]:
     """(sequences with the hidden states the drafter needs, prompt counts per source): the
-    self-distillation data of the config's prompts, built or read from the cache."""
+    self-distillation data of each of the config's prompt sets, built or read from the cache,
+    one after the other."""
     from train import distill
-    from train.sources import from_config
+    from train.sources import from_config, prompt_sets
 
-    rows, stats = from_config(cfg)
-    data = distill.build(
-        str(cfg.target),
-        rows,
-        int(cfg.max_new_tokens),
-        list(cfg.layers),
-        distill.settings_of(cfg),
-        distill.batch_of(cfg),
-        progress,
-        need=needed_layers(cfg),
-    )
+    data, stats = [], {}
+    for part in prompt_sets(cfg):
+        rows, counts = from_config(part)
+        data += distill.build(
+            str(cfg.target),
+            rows,
+            int(cfg.max_new_tokens),
+            list(cfg.layers),
+            distill.settings_of(part),
+            distill.batch_of(part),
+            progress,
+            need=needed_layers(cfg),
+        )
+        stats.update(counts)
     return data, stats
 
 

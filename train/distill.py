@@ -496,27 +496,28 @@ def main() -> None:
 
     from groundfloor.errors import UserError
     from groundfloor.paths import CONF
-    from train.sources import from_config
+    from train.sources import from_config, prompt_sets
 
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose("train", overrides=sys.argv[1:])
-        rows, stats = from_config(cfg)
-        print(json.dumps(stats, indent=1), file=sys.stderr)
-        with progress_bar(transient=False, remaining=True) as progress:
-            t0 = time.time()
-            folder, _ = build_ids(
-                str(cfg.target),
-                rows,
-                int(cfg.max_new_tokens),
-                settings_of(cfg),
-                batch_of(cfg),
-                progress,
-            )
+        for part in prompt_sets(cfg):
+            rows, stats = from_config(part)
+            print(json.dumps(stats, indent=1), file=sys.stderr)
+            with progress_bar(transient=False, remaining=True) as progress:
+                t0 = time.time()
+                folder, _ = build_ids(
+                    str(cfg.target),
+                    rows,
+                    int(cfg.max_new_tokens),
+                    settings_of(part),
+                    batch_of(part),
+                    progress,
+                )
+            print(f"distillation ids ready in {folder} ({time.time() - t0:.0f} s)", file=sys.stderr)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(f"distillation ids ready in {folder} ({time.time() - t0:.0f} s)", file=sys.stderr)
 
 
 if __name__ == "__main__":

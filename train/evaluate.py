@@ -5,7 +5,8 @@
 The data is the training command's own (same prompts, limit, ids and cached states; the split by
 prompt id, so a head never saw the held-out prompts whatever data it was trained on); each head is
 loaded as `drafter.init` loads it (train.eagle_spec) and evaluated by train.loop's
-`evaluate` on the whole held-out split, greedy and sampled answers together and apart. Misses
+`evaluate` on the whole held-out split, greedy and sampled answers together and apart, and
+source by source (train.tally maps a source to its category). Misses
 outside a head's draft vocabulary count as misses.
 """
 
@@ -42,10 +43,17 @@ def run(cfg: DictConfig) -> dict:
             spec.seqs["eval"] = [s for s in held if float(s.get("temperature", 0)) == keep]
             result[name] = loop.evaluate(spec)
             result[name]["sequences"] = len(spec.seqs["eval"])
+        by_source = {}
+        for src in sorted({str(s.get("source", "")) for s in held}):
+            spec.seqs["eval"] = [s for s in held if str(s.get("source", "")) == src]
+            by_source[src] = loop.evaluate(spec)
+            by_source[src]["sequences"] = len(spec.seqs["eval"])
         spec.seqs["eval"] = held
-        out[str(head)] = result
+        out[str(head)] = {**result, "by_source": by_source}
         tops = {k: [round(x, 3) for x in v.get("top1_per_pos", [])] for k, v in result.items()}
         print(f"{head}: held-out top-1 by draft position {json.dumps(tops)}")
+        firsts = {k: round(v["top1_per_pos"][0], 3) for k, v in by_source.items()}
+        print(f"{head}: held-out top-1 at the first draft position by source {json.dumps(firsts)}")
     return out
 
 

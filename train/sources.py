@@ -31,6 +31,7 @@ from pathlib import Path
 
 from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
+from train import categories
 
 TEMPLATED = ROOT / "train" / "prompts"
 LICENCES = {
@@ -131,7 +132,8 @@ def from_file(path: Path) -> list[dict]:
     return [{**r, "source": path.stem} for r in read_jsonl(path)]
 
 
-SOURCES = {"sharegpt": sharegpt, "chitchat": chitchat, "templated": templated}
+SOURCES = {"sharegpt": sharegpt, "chitchat": chitchat, "templated": templated, **categories.SOURCES}
+LICENCES.update(categories.LICENCES)
 
 
 def build(names: list[str], extra_benchmarks: list[Path] = ()) -> tuple[list[dict], dict]:
@@ -195,6 +197,24 @@ def from_config(cfg) -> tuple[list[dict], dict]:
     names = [cfg.prompts] if isinstance(cfg.prompts, str) else list(cfg.prompts)
     rows, stats = build(names, [Path(p) for p in cfg.get("extra_benchmarks") or []])
     return select(rows, cfg.get("limit"), int(cfg.get("second_turns") or 0), int(cfg.seed)), stats
+
+
+def prompt_sets(cfg) -> list:
+    """The config's prompt sets, each distilled into a folder of its own: the main one
+    (`prompts`, `limit`) and each of `more_data` ({prompts, limit, and any other key of the
+    config to set for it, e.g. distill: {weights: auto}}: the rest as the main's). A set of its
+    own keeps every finished shard of the others when one is added."""
+    from omegaconf import OmegaConf
+
+    sets = [cfg]
+    for i, extra in enumerate(cfg.get("more_data") or []):
+        if not extra or "prompts" not in extra:
+            raise UserError(
+                f"more_data[{i}] = {extra!r} names no prompts; give {{prompts: [...], limit: N}}"
+            )
+        sub = OmegaConf.merge(cfg, {"limit": None, "more_data": []}, extra)
+        sets.append(sub)
+    return sets
 
 
 def main() -> None:
