@@ -168,3 +168,33 @@ def test_tally_counts_answer_tokens_per_category(tmp_path):
     assert "| x | all | 5 | 30 | chat 30% |" in tally.table({"x": (records, tokens)})
     with pytest.raises(UserError, match="holds no shard"):
         tally.tally(tmp_path / "empty")
+
+
+def test_math_word_problems_are_seeded_and_whole():
+    from train.wordproblems import math_word
+
+    rows = math_word(draws=3)
+    assert len(rows) == 3 * 24 and rows == math_word(draws=3)
+    assert math_word(seed=1, draws=3) != rows
+    assert {r["category"] for r in rows} == {"math"} and {r["source"] for r in rows} == {
+        "math_word"
+    }
+    for r in rows:
+        text = r["turns"][0]
+        assert "{" not in text and "}" not in text and "?" in text, text
+
+
+def test_code_tasks_quote_real_functions_as_valid_python():
+    import ast
+
+    from train.codetasks import KINDS, code_tasks
+
+    rows = code_tasks()
+    assert len(rows) > 1000 and rows == code_tasks()
+    assert {r["question_id"].split("-", 1)[1].split(".")[0] for r in rows} == {"networkx", "sympy"}
+    openings = {r["turns"][0].split("\n", 1)[0] for r in rows}
+    assert len(openings) == len(KINDS)
+    for r in rows[::25]:
+        code = r["turns"][0].split("```python\n", 1)[1].rsplit("\n```", 1)[0]
+        tree = ast.parse(code)  # the def line(s) and body, or the stub with its docstring
+        assert isinstance(tree.body[0], ast.FunctionDef) and not tree.body[0].decorator_list

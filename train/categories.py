@@ -213,6 +213,7 @@ def wiki_summary(seed: int = 11) -> list[dict]:
     return _tag(rows, "wiki_summary")
 
 
+RAG_MAX = 1500  # questions, on passages drawn from the ~2,500 (each prompt is ~700 tokens)
 RAG_ASKS = [
     "Answer the question using the passages below.",
     "Use only the following passages to answer the question, and say which passage you used.",
@@ -236,8 +237,10 @@ def wiki_rag(seed: int = 12) -> list[dict]:
     rng = random.Random(seed)
     arts = wiki_articles()
     pool = [(t, s, c) for t, secs in arts for s, ps in secs for c in _chunks(ps, 60, 200)]
+    asked = sorted(rng.sample(range(len(pool)), min(RAG_MAX, len(pool))))
     rows = []
-    for i, (title, sec, chunk) in enumerate(pool):
+    for i in asked:
+        title, sec, chunk = pool[i]
         others = [x for x in rng.sample(pool, 6) if x[0] != title][: rng.choice((2, 3))]
         docs = [(title, chunk)] + [(t, c) for t, _, c in others]
         rng.shuffle(docs)

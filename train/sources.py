@@ -32,6 +32,8 @@ from pathlib import Path
 from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
 from train import categories
+from train.codetasks import code_tasks
+from train.wordproblems import math_word
 
 TEMPLATED = ROOT / "train" / "prompts"
 LICENCES = {
@@ -132,8 +134,17 @@ def from_file(path: Path) -> list[dict]:
     return [{**r, "source": path.stem} for r in read_jsonl(path)]
 
 
-SOURCES = {"sharegpt": sharegpt, "chitchat": chitchat, "templated": templated, **categories.SOURCES}
+SOURCES = {
+    "sharegpt": sharegpt,
+    "chitchat": chitchat,
+    "templated": templated,
+    **categories.SOURCES,
+    "math_word": math_word,
+    "code_tasks": code_tasks,
+}
 LICENCES.update(categories.LICENCES)
+LICENCES["math_word"] = "ours (train/wordproblems.py)"
+LICENCES["code_tasks"] = "BSD-3 (networkx 3.6.1 and sympy 1.14.0 functions, train/codetasks.py)"
 
 
 def build(names: list[str], extra_benchmarks: list[Path] = ()) -> tuple[list[dict], dict]:

@@ -27,6 +27,8 @@ BY_SOURCE = {
     "wiki_rag": "rag",
     "wiki_qa": "qa",
     "po_translation": "translation",
+    "math_word": "math",
+    "code_tasks": "code",
 }
 
 
