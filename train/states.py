@@ -9,6 +9,10 @@ after the final norm; EAGLE-3: its three), and cached locally:
     $SPECSWEEP_CACHE/distill/<data key>/states-<engine key>/shard-NNNN.h<layer>.pt
         a list over the shard's records of (L, H) bfloat16 tensors, L = len(ids)
 
+Training maps these files rather than reading them (torch.load's mmap): a layer takes 1.15 GB
+per million tokens of prompt and answer, so EAGLE-3's four over every set outgrow the machine's
+memory, and a batch reads only its own records' rows.
+
 A teacher-forced forward computes, position by position, what the decode computed one token at a
 time; they agree up to the float reductions of different batch shapes (tests/test_states.py).
 A record whose ids begin a later turn of its conversation (turn 1's prompt and answer, when the
@@ -148,9 +152,9 @@ def with_states(
             progress.update(
                 task, advance=1, description=f"states {tokens / (time.time() - t0):.0f} tok/s"
             )
-    for i, f in enumerate(shards):
+    for i, f in enumerate(shards):  # mapped, not read: the OS pages in what a batch touches
         for l in layers:
-            for rec, h in zip(per_shard[i], torch.load(_state_file(folder, f, l))):
+            for rec, h in zip(per_shard[i], torch.load(_state_file(folder, f, l), mmap=True)):
                 rec["hidden"][l] = h
     return seqs
 
