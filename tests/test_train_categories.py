@@ -198,3 +198,58 @@ def test_code_tasks_quote_real_functions_as_valid_python():
         code = r["turns"][0].split("```python\n", 1)[1].rsplit("\n```", 1)[0]
         tree = ast.parse(code)  # the def line(s) and body, or the stub with its docstring
         assert isinstance(tree.body[0], ast.FunctionDef) and not tree.body[0].decorator_list
+
+
+def test_training_data_joins_each_prompt_set_from_its_own_folder(tiny_target_dir, tmp_path):
+    import json
+
+    import numpy as np
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from groundfloor.paths import CONF
+    from train.__main__ import training_data
+
+    files = []
+    for name, words in (("a", "tell me a story about a brave cat"), ("b", "add two and three please")):
+        f = tmp_path / f"{name}.jsonl"
+        w = words.split()
+        f.write_text(
+            "".join(
+                json.dumps({"question_id": f"{name}{i}", "turns": [" ".join(w[i:] + w[:i])]}) + "\n"
+                for i in range(5)
+            )
+        )
+        files.append(f)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                "drafter=medusa",
+                f"target={tiny_target_dir}",
+                f"prompts={files[0]}",
+                f"more_data=[{{prompts: [{files[1]}], distill: {{batch: 3}}}}]",
+                "max_new_tokens=6",
+                "layers=[-1]",
+                "distill.engine=lean",
+                "distill.weights=float32",
+                "distill.dtype=float32",
+                "distill.kernel=aten",
+                "distill.batch=4",
+                f"distill.ids_dir={tmp_path / 'ids'}",
+            ],
+        )
+    data, stats = training_data(cfg)
+    assert set(stats) == {str(f) for f in files}  # a prompt file is its own source
+    assert sorted(d["id"] for d in data) == [f"a{i}" for i in range(5)] + [
+        f"b{i}" for i in range(5)
+    ]
+    folders = sorted(p.name for p in (tmp_path / "ids").iterdir())
+    assert len(folders) == 2  # a set of its own each
+    hows = set()
+    for folder in folders:
+        z = np.load(next((tmp_path / "ids" / folder).glob("shard-*.npz")))
+        hows.add(json.loads(str(z["how"]))["batch"])
+    assert hows == {3, 4}  # the second set's own settings
+    assert all(d["hidden"][-1].shape[0] == len(d["ids"]) for d in data)
