@@ -378,6 +378,12 @@ class LeanEngine(Engine):
             want.setdefault(l if l >= 0 else N + 1 + l, []).append(l)
         return want
 
+    def one_call_rows(self) -> bool:
+        """Whether forward_seqs runs as one native call here (every sequence's rows through each
+        product together, each sequence's attention over its own cache), rather than one
+        forward per sequence."""
+        return self._native_rows() and self.model.native_stack() is not None
+
     def _native_rows(self) -> bool:
         return (
             self.device.type == "cpu"

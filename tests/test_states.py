@@ -133,3 +133,55 @@ def test_a_turn_repeated_inside_the_next_one_is_cut_from_its_states(engine, tmp_
         a, b = out[0]["hidden"][layer].float(), alone[layer].float()
         assert a.shape == b.shape
         assert ((a - b).abs() <= torch.maximum(a.abs() * 2.0**-7, torch.tensor(1e-3))).all()
+
+
+def test_draw_samples_each_rows_distribution():
+    """distill._draw: greedy rows take the argmax; sampling rows draw from softmax(logits / T)
+    (a chi-square test per row over 20,000 draws, the rows drawn together)."""
+    from scipy.stats import chisquare
+
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.0, 0.5, 3.0, 0.2], [1.0, 1.0, 1.0, 1.0]])
+    hot = torch.tensor([True, False, True])
+    temp = torch.tensor([0.7, 1.0, 1.0])
+    g = torch.Generator().manual_seed(11)
+    n = 20_000
+    draws = torch.stack([distill._draw(logits, hot, temp, g) for _ in range(n)])  # (n, rows)
+    assert (draws[:, 1] == 2).all()  # greedy
+    for r in (0, 2):
+        p = torch.softmax(logits[r] / temp[r], -1)
+        seen = torch.bincount(draws[:, r], minlength=4).numpy()
+        assert chisquare(seen, (p * n).numpy()).pvalue > 1e-3, (r, seen)
+
+
+def test_one_call_engines_decode_each_prompt_as_alone(tiny_target_dir):
+    """On the one-call forward, decode_batch keeps each prompt in a cache of its own
+    (decode_seqs): every greedy answer is token for token the batch-1 decode's, rows that end
+    leave, and with states kept each row's states are its own forward's taps."""
+    eng, _ = load(
+        str(tiny_target_dir), "cpu", engine="lean", weights="int4", dtype="float32",
+        kernel="native_q8a",
+    )  # fmt: skip
+    assert distill.one_call(eng)
+    free = distill.decode_batch(eng, prompts(), 12, [0.0] * 4, [], set())
+    eos = {int(free[0]["ids"][free[0]["start"] + 3])}
+    got = distill.decode_batch(eng, prompts(), 12, [0.0] * 4, LAYERS, eos)
+    assert len({len(x["ids"]) - x["start"] for x in got}) > 1  # a row ended early
+    for p, x in zip(prompts(), got):
+        cache = eng.new_cache(len(x["ids"]) + 1)
+        with torch.inference_mode():
+            out = eng.forward(torch.tensor([p]), cache, logits_to_keep=1, hidden=tuple(LAYERS))
+            taps = [out.hidden]
+            answer = []
+            for _ in range(12):
+                t = int(out.logits[0, -1].argmax())
+                answer.append(t)
+                out = eng.forward(
+                    torch.tensor([[t]]), cache, logits_to_keep=1, hidden=tuple(LAYERS)
+                )
+                taps.append(out.hidden)
+                if t in eos:
+                    break
+        assert x["ids"].tolist() == p + answer
+        for layer in LAYERS:
+            alone = torch.cat([h[layer][0] for h in taps]).to(torch.bfloat16)
+            assert torch.equal(x["hidden"][layer], alone), layer
