@@ -185,3 +185,8 @@ def test_one_call_engines_decode_each_prompt_as_alone(tiny_target_dir):
         for layer in LAYERS:
             alone = torch.cat([h[layer][0] for h in taps]).to(torch.bfloat16)
             assert torch.equal(x["hidden"][layer], alone), layer
+    # the states rebuilt by a teacher-forced forward are the decode's, bit for bit
+    rebuilt = states.teacher_forced(eng, [x["ids"] for x in got], LAYERS)
+    for x, r in zip(got, rebuilt):
+        for layer in LAYERS:
+            assert torch.equal(x["hidden"][layer], r[layer]), layer

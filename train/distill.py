@@ -35,7 +35,7 @@ import torch
 
 from groundfloor.paths import ROOT, cache_root
 from groundfloor.progress import progress_bar
-from train.states import left_padded, with_states
+from train.states import left_padded, one_call, with_states
 
 SHARD = 128  # prompts per shard file
 WHAT_KEYS = ("weights", "seed", "extra_benchmarks")  # settings that change the answers
@@ -71,13 +71,6 @@ def prefill_groups(lengths: list[int], tokens: int = 4096, waste: float = 0.1):
         group.append(i)
     if group:
         yield group
-
-
-def one_call(engine) -> bool:
-    """Whether the engine runs several sequences, each in a cache of its own, as one forward
-    (the lean engine's native path): then decode_batch takes decode_seqs' way."""
-    rows = getattr(engine, "one_call_rows", None)
-    return bool(rows and rows())
 
 
 @torch.inference_mode()

@@ -51,10 +51,28 @@ def left_padded(prompts: list[list[int]], dev):
     return ids, pos, mask, valid, pad
 
 
+def one_call(engine) -> bool:
+    """Whether the engine runs several sequences, each in a cache of its own, as one forward
+    (the lean engine's native path): then the decode (train.distill.decode_seqs) and the
+    teacher-forced forward here give each sequence the bits of its own forward."""
+    rows = getattr(engine, "one_call_rows", None)
+    return bool(rows and rows())
+
+
 @torch.inference_mode()
 def teacher_forced(engine, seqs: list[torch.Tensor], layers: list[int]) -> list[dict]:
-    """{layer: (L, H) bfloat16} per id sequence, from one left-padded forward over all of them."""
+    """{layer: (L, H) bfloat16} per id sequence, from one forward over all of them: on the
+    one-call forward each in a cache of its own (its states are then, bit for bit, those its
+    decode computed row by row), elsewhere left-padded."""
     dev = engine.device
+    if one_call(engine):
+        outs = engine.forward_seqs(
+            [s.to(dev).long() for s in seqs],
+            [engine.new_cache(len(s) + 1) for s in seqs],
+            logits_to_keep=1,
+            hidden=tuple(layers),
+        )
+        return [{l: o.hidden[l][0].to(torch.bfloat16).cpu() for l in layers} for o in outs]
     ids, pos, mask, _, pad = left_padded([s.tolist() for s in seqs], dev)
     cache = engine.new_cache(ids.shape[1] + 1, batch=len(seqs))
     out = engine.forward(
