@@ -85,14 +85,10 @@ def decode_batch(
     stats=None,
 ) -> list[dict]:
     """Answers for a batch of prompt id lists; with `layers`, also the decode's own hidden
-    states at every position (bfloat16), which train/states.py must reproduce.
-
-    Where the engine runs several sequences as one forward (one_call), each prompt decodes in a
-    cache of its own (decode_seqs). Elsewhere rows are left-padded to the longest prompt;
-    position ids skip the padding and the mask hides it, so each row computes what it would
-    alone (up to the batch's float reductions). A row that ends leaves the batch: its cache rows
-    are dropped, so later steps are narrower.
-    """
+    states at every position (bfloat16), which train/states.py must reproduce. On the one-call
+    forward: decode_seqs. Elsewhere rows are left-padded to the longest prompt, position ids
+    skipping the padding and the mask hiding it (each row computes what it would alone, up to
+    the batch's float reductions); a row that ends leaves (its cache rows are dropped)."""
     if one_call(engine):
         return decode_seqs(engine, prompts, max_new, temps, layers, eos, generator, stats)
     dev = engine.device
@@ -145,22 +141,8 @@ def decode_seqs(
     dev = engine.device
     caches = [engine.new_cache(len(p) + max_new + 1) for p in prompts]
     states = [{l: [] for l in layers} for _ in prompts]
-    last: list[torch.Tensor | None] = [None] * len(prompts)
-    for group in prefill_groups([len(p) for p in prompts], waste=1.0):  # ≤ 4,096 tokens a call
-        outs = engine.forward_seqs(
-            [torch.tensor(prompts[b], device=dev) for b in group],
-            [caches[b] for b in group],
-            logits_to_keep=1,
-            hidden=tuple(layers),
-        )
-        for b, o in zip(group, outs):
-            last[b] = o.logits[0, -1]
-            for l in layers:
-                states[b][l].append(o.hidden[l][0].to(torch.bfloat16).cpu())
-        if stats is not None:
-            stats["prefill"] += sum(len(prompts[b]) for b in group)
+    logits = _prefill_seqs(engine, prompts, caches, layers, states, stats)
     live = list(range(len(prompts)))
-    logits = torch.stack(last).float()
     hot = torch.tensor([t > 0 for t in temps], device=dev)
     temp = torch.tensor(temps, device=dev).clamp_min(1e-6)
     answers = [[] for _ in prompts]
@@ -173,19 +155,13 @@ def decode_seqs(
                 ended.add(b)
         # with states kept, a row that ended is fed its last token too (for that token's state)
         fed = [r for r, b in enumerate(live) if layers or b not in ended]
-        if not fed:
-            break
-        outs = engine.forward_seqs(
-            [nxt[r : r + 1] for r in fed],
-            [caches[live[r]] for r in fed],
-            logits_to_keep=1,
-            hidden=tuple(layers),
+        outs = _seqs_forward(
+            engine, [nxt[r : r + 1] for r in fed], [caches[live[r]] for r in fed], layers
         )
         if stats is not None:
             stats["decode"] += len(fed)
         for r, o in zip(fed, outs):
-            for l in layers:
-                states[live[r]][l].append(o.hidden[l][0].to(torch.bfloat16).cpu())
+            _keep_states(states[live[r]], o, layers)
         going = [(live[r], o) for r, o in zip(fed, outs) if live[r] not in ended]
         if not going:
             break
@@ -194,6 +170,31 @@ def decode_seqs(
         for b in ended:
             caches[b] = None  # its memory goes now, not at the end of the batch
     return [_answer(p, answers[b], states[b], layers) for b, p in enumerate(prompts)]
+
+
+def _prefill_seqs(engine, prompts, caches, layers, states, stats) -> torch.Tensor:
+    """decode_seqs' prefill, groups of ≤ 4,096 tokens a call → each prompt's last logits."""
+    last = [None] * len(prompts)
+    for group in prefill_groups([len(p) for p in prompts], waste=1.0):
+        ids = [torch.tensor(prompts[b], device=engine.device) for b in group]
+        for b, o in zip(group, _seqs_forward(engine, ids, [caches[b] for b in group], layers)):
+            last[b] = o.logits[0, -1]
+            _keep_states(states[b], o, layers)
+        if stats is not None:
+            stats["prefill"] += sum(len(prompts[b]) for b in group)
+    return torch.stack(last).float()
+
+
+def _seqs_forward(engine, ids: list[torch.Tensor], caches, layers) -> list:
+    """One forward of several sequences, each appending `ids[b]` to its own cache."""
+    if not ids:
+        return []
+    return engine.forward_seqs(ids, caches, logits_to_keep=1, hidden=tuple(layers))
+
+
+def _keep_states(row: dict, out, layers) -> None:
+    for l in layers:
+        row[l].append(out.hidden[l][0].to(torch.bfloat16).cpu())
 
 
 def _prefill(engine, prompts, layers, cache, stats):
