@@ -96,6 +96,19 @@ def test_id_shards_round_trip_and_resume(tiny_target_dir, tmp_path, monkeypatch)
     again = distill.build(str(tiny_target_dir), rows, 10, LAYERS, how, batch=3)
     assert all(torch.equal(a["hidden"][-1], b["hidden"][-1]) for a, b in zip(seqs, again))
     assert all(a["hidden"][1].shape[0] == len(a["ids"]) for a in again)
+    # the states of another engine than the answers' (the target as benchmarked): the same ids,
+    # states of their own, cached beside the others
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(distill, "SHARD", 4)
+    q8a = {"weights": "int4", "kernel": "native_q8a"}
+    other = distill.build(str(tiny_target_dir), rows, 10, LAYERS, how, 3, states_engine=q8a)
+    assert [a["ids"].tolist() for a in other] == [a["ids"].tolist() for a in seqs]
+    assert any(not torch.equal(a["hidden"][-1], b["hidden"][-1]) for a, b in zip(seqs, other))
+    eng, _ = load(str(tiny_target_dir), "cpu", engine="lean", dtype="float32", **q8a)
+    alone = states.teacher_forced(eng, [other[0]["ids"]], LAYERS)[0]
+    assert torch.equal(alone[-1], other[0]["hidden"][-1])
+    assert len(list((tmp_path / "cache" / "distill" / folder.name).glob("states-*"))) == 2
 
 
 def test_a_turn_repeated_inside_the_next_one_is_cut_from_its_states(engine, tmp_path, monkeypatch):

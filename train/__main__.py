@@ -60,6 +60,7 @@ def training_data(cfg, progress=None) -> tuple[list[dict], dict]:
             distill.batch_of(part),
             progress,
             need=needed_layers(cfg),
+            states_engine=dict(part.get("states_engine") or {}),
         )
         stats.update(counts)
     return data, stats

@@ -498,13 +498,17 @@ def build(
     batch: int | str = 16,
     progress=None,
     need: list[int] | None = None,
+    states_engine: dict | None = None,
 ) -> list[dict]:
     """The distillation set for `rows`: ids answered where missing (build_ids), then the hidden
-    states of `need` (default: `layers`) recomputed from them where the local cache lacks them."""
+    states of `need` (default: `layers`) recomputed from them where the local cache lacks them,
+    by the engine `settings` name with `states_engine`'s keys in place of theirs (e.g.
+    {"weights": "auto"}: the states of the target as it is benchmarked, whatever answered)."""
     folder, shards = build_ids(target, rows, max_new, settings, batch, progress)
     seqs = [seq for f in shards for seq in load_ids(f)]
     need = layers if need is None else need
-    return with_states(target, folder.name, shards, seqs, need, settings, progress)
+    how = {**settings, **(states_engine or {})}
+    return with_states(target, folder.name, shards, seqs, need, how, progress)
 
 
 def answer_shard(
