@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from engines.load import load
+from groundfloor.errors import UserError
 from train import distill, states
 
 HOW = {
@@ -91,6 +92,9 @@ def test_id_shards_round_trip_and_resume(tiny_target_dir, tmp_path, monkeypatch)
     assert folder2 == folder and len(shards2) == 3
     assert shards2[0].stat().st_mtime_ns == before  # kept
     assert distill._prompts_in(shards2[1]) == 4  # the 2-prompt shard of limit 6 was redone
+    changed = rows[:5] + [{**rows[5], "question_id": "t5-renamed"}] + rows[6:]  # in shard 1
+    with pytest.raises(UserError, match="shard-0001.npz answers other prompts than shard 1"):
+        distill.build_ids(str(tiny_target_dir), changed, 10, how, batch=3)
     seqs = distill.build(str(tiny_target_dir), rows, 10, LAYERS, how, batch=3)
     monkeypatch.setattr(states, "teacher_forced", lambda *a: pytest.fail("recomputed"))
     again = distill.build(str(tiny_target_dir), rows, 10, LAYERS, how, batch=3)

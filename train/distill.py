@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from groundfloor.errors import UserError
 from groundfloor.paths import ROOT, cache_root
 from groundfloor.progress import progress_bar
 from train.states import left_padded, one_call, with_states
@@ -376,12 +377,23 @@ def _shards(target: str, rows: list[dict], max_new: int, settings: dict):
         + "\n"
     )
     shards = [folder / f"shard-{i:04d}.npz" for i in range((len(rows) + SHARD - 1) // SHARD)]
-    todo = [
-        i
-        for i, f in enumerate(shards)
-        if not f.exists() or _prompts_in(f) != len(rows[i * SHARD : (i + 1) * SHARD])
-    ]
+    todo = []
+    for i, f in enumerate(shards):
+        part = rows[i * SHARD : (i + 1) * SHARD]
+        if not f.exists() or _prompts_in(f) != len(part):
+            todo.append(i)
+        elif _answered(f) != {r["question_id"] for r in part}:
+            raise UserError(
+                f"{f} answers other prompts than shard {i} of this selection: the prompt sources "
+                "changed since it was built; restore them, or build the new selection as a set "
+                "of its own (more_data)"
+            )
     return folder, shards, todo
+
+
+def _answered(path: Path) -> set[str]:
+    """The prompt ids a shard answered (a second turn's record id is its prompt's + /turn2)."""
+    return {str(q).split("/turn")[0] for q in np.load(path)["qid"]}
 
 
 def _answering_engine(target: str, settings: dict, batch, folder: Path):
