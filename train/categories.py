@@ -11,6 +11,9 @@ translation into English, built from text shipped inside PyPI wheels.
     po_translation  Django (5.2)        BSD-3                            the translated strings
                                                                           of its .po catalogues
                                                                           (de, fr, es, it, nl, pt)
+    po_translation_more Django (5.2)    BSD-3                            the same in twenty more
+                                                                          languages (PO_MORE): a
+                                                                          set of its own
 
 Only the source text comes from the packages; the instructions and questions are ours, and the
 answers are the target's own (train.distill). Each builder is deterministic (a seeded Random):
@@ -45,6 +48,28 @@ PO_LANGS = {
     "it": "Italian",
     "nl": "Dutch",
     "pt": "Portuguese",
+}
+PO_MORE = {
+    "sv": "Swedish",
+    "da": "Danish",
+    "nb": "Norwegian",
+    "pl": "Polish",
+    "cs": "Czech",
+    "ro": "Romanian",
+    "ca": "Catalan",
+    "hu": "Hungarian",
+    "fi": "Finnish",
+    "id": "Indonesian",
+    "sk": "Slovak",
+    "sl": "Slovenian",
+    "hr": "Croatian",
+    "lt": "Lithuanian",
+    "et": "Estonian",
+    "tr": "Turkish",
+    "lv": "Latvian",
+    "eu": "Basque",
+    "gl": "Galician",
+    "is": "Icelandic",
 }
 SKIP_SECTIONS = {
     "see also",
@@ -308,11 +333,11 @@ TRANSLATE_ASKS = [
 ]
 
 
-def po_translation(seed: int = 14) -> list[dict]:
+def po_translation(seed: int = 14, langs: dict[str, str] = PO_LANGS) -> list[dict]:
     rng = random.Random(seed)
     root = _package_file("django", "Django")
     rows = []
-    for code, lang in PO_LANGS.items():
+    for code, lang in langs.items():
         for f in sorted(root.glob(f"**/locale/{code}/LC_MESSAGES/*.po")):
             strings = po_strings(f.read_text(encoding="utf-8"))
             i = 0
@@ -328,6 +353,12 @@ def po_translation(seed: int = 14) -> list[dict]:
     return _tag(rows, "po_translation")
 
 
+def po_translation_more(seed: int = 17) -> list[dict]:
+    """po_translation over twenty more languages of Latin script (a set of its own: the first
+    set's selection stays as it was built)."""
+    return [{**r, "source": "po_translation_more"} for r in po_translation(seed, PO_MORE)]
+
+
 def _row(qid: str, category: str, text: str) -> dict:
     return {"question_id": qid, "category": category, "turns": [text]}
 
@@ -341,10 +372,12 @@ SOURCES = {
     "wiki_rag": wiki_rag,
     "wiki_qa": wiki_qa,
     "po_translation": po_translation,
+    "po_translation_more": po_translation_more,
 }
 LICENCES = {
     "wiki_summary": "Wikipedia text CC BY-SA 3.0 (gensim 4.4.0's test dump, LGPL-2.1)",
     "wiki_rag": "Wikipedia text CC BY-SA 3.0 (gensim 4.4.0's test dump, LGPL-2.1)",
     "wiki_qa": "Wikipedia titles and section names (gensim 4.4.0's test dump, LGPL-2.1)",
     "po_translation": "BSD-3 (Django 5.2's translation catalogues)",
+    "po_translation_more": "BSD-3 (Django 5.2's translation catalogues)",
 }

@@ -27,6 +27,7 @@ BY_SOURCE = {
     "wiki_rag": "rag",
     "wiki_qa": "qa",
     "po_translation": "translation",
+    "po_translation_more": "translation",
     "math_word": "math",
     "code_tasks": "code",
 }
