@@ -211,7 +211,8 @@ def test_training_data_joins_each_prompt_set_from_its_own_folder(tiny_target_dir
     from train.__main__ import training_data
 
     files = []
-    for name, words in (("a", "tell me a story about a brave cat"), ("b", "add two and three please")):
+    sets = (("a", "tell me a story about a brave cat"), ("b", "add two and three please"))
+    for name, words in sets:
         f = tmp_path / f"{name}.jsonl"
         w = words.split()
         f.write_text(
