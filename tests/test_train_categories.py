@@ -127,6 +127,7 @@ def test_category_sources_build_deterministic_disjoint_prompts():
         "wiki_rag": {"rag"},
         "wiki_qa": {"qa"},
         "po_translation": {"translation"},
+        "po_translation_more": {"translation"},
     }
     assert len({r["question_id"] for r in rows}) == len(rows)
     again = cat.wiki_rag()
