@@ -234,8 +234,8 @@ def wiki_summary(seed: int = 11) -> list[dict]:
         for i, chunk in enumerate(_chunks(paras, 150, 450)):
             ask = rng.choice(SUMMARY_ASKS)
             head = f"{ask}\n\n" + (f"Title: {title}\n\n" if rng.random() < 0.5 else "")
-            rows.append(_row(f"wiki_summary-{title}-{i}", "summarization", head + chunk))
-    return _tag(rows, "wiki_summary")
+            rows.append(_row(f"wiki_summary-{title}-{i}", "wiki_summary", head + chunk))
+    return rows
 
 
 RAG_MAX = 1500  # questions, on passages drawn from the ~2,500 (each prompt is ~700 tokens)
@@ -276,8 +276,8 @@ def wiki_rag(seed: int = 12) -> list[dict]:
             else rng.choice(LEAD_QUESTIONS).format(t=title)
         )
         body = "\n\n".join(f"Passage {j + 1} ({t}): {c}" for j, (t, c) in enumerate(docs))
-        rows.append(_row(f"wiki_rag-{i}", "rag", f"{ask}\n\n{body}\n\nQuestion: {q}"))
-    return _tag(rows, "wiki_rag")
+        rows.append(_row(f"wiki_rag-{i}", "wiki_rag", f"{ask}\n\n{body}\n\nQuestion: {q}"))
+    return rows
 
 
 QA_ABOUT = [
@@ -299,12 +299,12 @@ def wiki_qa(seed: int = 13) -> list[dict]:
     rows = []
     for title, secs in wiki_articles():
         for k, q in enumerate(rng.sample(QA_ABOUT, 2)):
-            rows.append(_row(f"wiki_qa-{title}-{k}", "qa", q.format(t=title)))
+            rows.append(_row(f"wiki_qa-{title}-{k}", "wiki_qa", q.format(t=title)))
         for sec, _ in secs:
             if sec:
                 q = rng.choice(QA_SECTION).format(s=sec.lower(), t=title)
-                rows.append(_row(f"wiki_qa-{title}-{sec}", "qa", q))
-    return _tag(rows, "wiki_qa")
+                rows.append(_row(f"wiki_qa-{title}-{sec}", "wiki_qa", q))
+    return rows
 
 
 # --- .po catalogues -------------------------------------------------------------------------
@@ -333,7 +333,9 @@ TRANSLATE_ASKS = [
 ]
 
 
-def po_translation(seed: int = 14, langs: dict[str, str] = PO_LANGS) -> list[dict]:
+def po_translation(
+    seed: int = 14, langs: dict[str, str] = PO_LANGS, source: str = "po_translation"
+) -> list[dict]:
     rng = random.Random(seed)
     root = _package_file("django", "Django")
     rows = []
@@ -349,24 +351,27 @@ def po_translation(seed: int = 14, langs: dict[str, str] = PO_LANGS) -> list[dic
                 sep = "\n" if rng.random() < 0.5 else " "
                 app = f.relative_to(root).parts[:-3]
                 qid = f"po-{code}-{'-'.join(app)}-{f.stem}-{i}"
-                rows.append(_row(qid, "translation", f"{ask}\n\n{sep.join(group)}"))
-    return _tag(rows, "po_translation")
+                rows.append(_row(qid, source, f"{ask}\n\n{sep.join(group)}"))
+    return rows
 
 
 def po_translation_more(seed: int = 17) -> list[dict]:
     """po_translation over twenty more languages of Latin script (a set of its own: the first
     set's selection stays as it was built)."""
-    return [{**r, "source": "po_translation_more"} for r in po_translation(seed, PO_MORE)]
+    return po_translation(seed, PO_MORE, "po_translation_more")
 
 
-def _row(qid: str, category: str, text: str) -> dict:
-    return {"question_id": qid, "category": category, "turns": [text]}
+def _row(qid: str, source: str, text: str) -> dict:
+    return {"question_id": qid, "category": CATEGORY[source], "turns": [text], "source": source}
 
 
-def _tag(rows: list[dict], source: str) -> list[dict]:
-    return [{**r, "source": source} for r in rows]
-
-
+CATEGORY = {  # each source's category (train.tally reads it too)
+    "wiki_summary": "summarization",
+    "wiki_rag": "rag",
+    "wiki_qa": "qa",
+    "po_translation": "translation",
+    "po_translation_more": "translation",
+}
 SOURCES = {
     "wiki_summary": wiki_summary,
     "wiki_rag": wiki_rag,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from groundfloor.errors import UserError
 
+CATEGORY = "code"
 PACKAGES = ("networkx", "sympy")
 PER_PACKAGE = 900  # at most, drawn from each package's functions
 MAX_LINES, MIN_LINES = 80, 4
@@ -94,7 +95,7 @@ def code_tasks(seed: int = 16) -> list[dict]:
             rows.append(
                 {
                     "question_id": f"code_tasks-{mod}.{name}",
-                    "category": "code",
+                    "category": CATEGORY,
                     "turns": [text],
                     "source": "code_tasks",
                 }

@@ -103,11 +103,7 @@ def decode_batch(
     answers = [[] for _ in range(B)]
     for t in range(max_new):
         nxt = _draw(logits, hot[live], temp[live], generator)
-        ended = []
-        for r, (b, tok) in enumerate(zip(live, nxt.tolist())):
-            answers[b].append(tok)
-            if tok in eos or t + 1 == max_new:
-                ended.append(r)
+        ended = _take(answers, live, nxt, eos, t + 1 == max_new)
         # feed the new tokens (also the last one, for its hidden state when states are kept)
         if ended and not layers:  # rows that ended leave before the next forward
             live, valid, nxt = _leave(cache, live, ended, valid, nxt)
@@ -149,11 +145,7 @@ def decode_seqs(
     answers = [[] for _ in prompts]
     for t in range(max_new):
         nxt = _draw(logits, hot[live], temp[live], generator)
-        ended = set()
-        for b, tok in zip(live, nxt.tolist()):
-            answers[b].append(tok)
-            if tok in eos or t + 1 == max_new:
-                ended.add(b)
+        ended = {live[r] for r in _take(answers, live, nxt, eos, t + 1 == max_new)}
         # with states kept, a row that ended is fed its last token too (for that token's state)
         fed = [r for r, b in enumerate(live) if layers or b not in ended]
         outs = _seqs_forward(
@@ -250,6 +242,17 @@ def _feed(engine, cache, nxt, pos, valid, layers, states, stats):
         for l in layers:
             row[l].append(out.hidden[l][r].to(torch.bfloat16).cpu())
     return out.logits[:, -1].float()
+
+
+def _take(answers: list, live: list[int], nxt: torch.Tensor, eos: set[int], last: bool) -> list:
+    """Each live row's new token appended to its prompt's answer → the rows (indices into
+    live) that ended: at an EOS token, or at the last step."""
+    ended = []
+    for r, (b, tok) in enumerate(zip(live, nxt.tolist())):
+        answers[b].append(tok)
+        if tok in eos or last:
+            ended.append(r)
+    return ended
 
 
 def _draw(logits, hot, temp, generator):

@@ -40,14 +40,11 @@ def run(cfg: DictConfig) -> dict:
         result = {"all": loop.evaluate(spec)}
         held = spec.seqs["eval"]
         for name, keep in (("greedy", 0.0), ("sampled", 1.0)):
-            spec.seqs["eval"] = [s for s in held if float(s.get("temperature", 0)) == keep]
-            result[name] = loop.evaluate(spec)
-            result[name]["sequences"] = len(spec.seqs["eval"])
-        by_source = {}
-        for src in sorted({str(s.get("source", "")) for s in held}):
-            spec.seqs["eval"] = [s for s in held if str(s.get("source", "")) == src]
-            by_source[src] = loop.evaluate(spec)
-            by_source[src]["sequences"] = len(spec.seqs["eval"])
+            result[name] = _on(spec, held, lambda s: float(s.get("temperature", 0)) == keep)
+        by_source = {
+            src: _on(spec, held, lambda s: str(s.get("source", "")) == src)
+            for src in sorted({str(s.get("source", "")) for s in held})
+        }
         spec.seqs["eval"] = held
         out[str(head)] = {**result, "by_source": by_source}
         tops = {k: [round(x, 3) for x in v.get("top1_per_pos", [])] for k, v in result.items()}
@@ -55,6 +52,14 @@ def run(cfg: DictConfig) -> dict:
         firsts = {k: round(v["top1_per_pos"][0], 3) for k, v in by_source.items()}
         print(f"{head}: held-out top-1 at the first draft position by source {json.dumps(firsts)}")
     return out
+
+
+def _on(spec, held: list[dict], keep) -> dict:
+    """train.loop's evaluate over the held-out sequences `keep` selects, with their count."""
+    from train import loop
+
+    spec.seqs["eval"] = [s for s in held if keep(s)]
+    return {**loop.evaluate(spec), "sequences": len(spec.seqs["eval"])}
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")

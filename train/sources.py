@@ -31,7 +31,7 @@ from pathlib import Path
 
 from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
-from train import categories
+from train import categories, codetasks, wordproblems
 from train.codetasks import code_tasks
 from train.wordproblems import math_word
 
@@ -143,6 +143,11 @@ SOURCES = {
     "code_tasks": code_tasks,
 }
 LICENCES.update(categories.LICENCES)
+CATEGORIES = {  # the category of each source whose rows all share one
+    **categories.CATEGORY,
+    "math_word": wordproblems.CATEGORY,
+    "code_tasks": codetasks.CATEGORY,
+}
 LICENCES["math_word"] = "ours (train/wordproblems.py)"
 LICENCES["code_tasks"] = "BSD-3 (networkx 3.6.1 and sympy 1.14.0 functions, train/codetasks.py)"
 

@@ -2,10 +2,10 @@
 
     python -m train.tally [FOLDER ...]      # default: every data folder of the embedded target
 
-A record's category is its source's (train.sources): chat for sharegpt and chitchat, the
-prompt's own category for the templated sets (train/prompts/*.jsonl) and the category sources'
-(train.categories) for the rest. Prints one table: records and answer tokens per category, and
-the share of chat, for each folder and all together.
+A record's category is its source's: chat for sharegpt and chitchat, the prompt's own category
+for the templated sets (train/prompts/*.jsonl), train.sources.CATEGORIES for the rest. Prints
+one table: records and answer tokens per category, and the share of chat, for each folder and
+all together.
 """
 
 from __future__ import annotations
@@ -19,18 +19,10 @@ import numpy as np
 
 from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
+from train.sources import CATEGORIES
 
 DATA = ROOT / "artifacts" / "smollm2-135m" / "data"
 CHAT = {"sharegpt", "chitchat"}
-BY_SOURCE = {
-    "wiki_summary": "summarization",
-    "wiki_rag": "rag",
-    "wiki_qa": "qa",
-    "po_translation": "translation",
-    "po_translation_more": "translation",
-    "math_word": "math",
-    "code_tasks": "code",
-}
 
 
 def templated_categories() -> dict[str, str]:
@@ -46,8 +38,8 @@ def templated_categories() -> dict[str, str]:
 def category(source: str, qid: str, templated: dict[str, str]) -> str:
     if source in CHAT:
         return "chat"
-    if source in BY_SOURCE:
-        return BY_SOURCE[source]
+    if source in CATEGORIES:
+        return CATEGORIES[source]
     return templated.get(qid.split("/")[0], source)
 
 

@@ -46,6 +46,7 @@ ITEMS = [
     ("battery", "batteries"),
     ("comic", "comics"),
 ]
+CATEGORY = "math"
 PART = {2: "half", 3: "a third", 4: "a quarter", 5: "a fifth", 6: "a sixth"}
 PLACES = ["the market", "a bookshop", "the school fair", "a garden centre", "the museum shop"]
 ASKS = [
@@ -106,7 +107,7 @@ def math_word(seed: int = 15, draws: int = 60) -> list[dict]:
             rows.append(
                 {
                     "question_id": f"math_word-{t:02d}-{d:03d}",
-                    "category": "math",
+                    "category": CATEGORY,
                     "turns": [text + r.choice(ASKS)],
                     "source": "math_word",
                 }
