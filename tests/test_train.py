@@ -290,6 +290,20 @@ def test_an_eagle3_head_continues_from_a_saved_head_with_its_vocabulary(
         assert torch.allclose(v.float(), saved[k].float(), rtol=2e-2, atol=2e-2), k
     loss0 = loop.held_out_loss(loop.evaluate(again))
     assert loss0 == pytest.approx(loop.held_out_loss(loop.evaluate(first)), rel=0.05)
+    refit = EagleSpec(
+        data, target, "eagle3", vocab_size=7, init=str(tmp_path / "head"), keep_vocab=False, **kw
+    )
+    want, _ = specs.draft_vocab(refit.seqs, target.config.vocab_size, 7)
+    assert refit.module.d2t.tolist() == want.tolist() != first.module.d2t.tolist()
+    old_rows = {t: i for i, t in enumerate(again.module.d2t.tolist())}
+    kept = [(i, old_rows[t]) for i, t in enumerate(want.tolist()) if t in old_rows]
+    assert kept and len(kept) < 7  # some tokens in both vocabularies, some new
+    w_new, w_old = refit.module.lm_head.weight, again.module.lm_head.weight
+    for i, j in kept:
+        assert torch.equal(w_new[i], w_old[j])  # a token's row follows it
+    assert refit.module.lm_head.weight.requires_grad
+    refit.save(tmp_path / "refit", {})
+    assert json.loads((tmp_path / "refit" / "config.json").read_text())["draft_vocab_size"] == 7
     with pytest.raises(UserError, match="is not a head directory"):
         EagleSpec(data, target, "eagle3", vocab_size=5, init=str(tmp_path / "nowhere"), **kw)
     with pytest.raises(UserError, match="is a eagle3 head over target layers"):

@@ -16,8 +16,11 @@ own drafted chain). Losses are weighted 0.8^(j−1).
     eagle3  `steps` unrolled steps in training (the paper's 7), CE over the reduced draft
             vocabulary (labels outside it are left out of the loss and counted as misses)
 With `init` (a head in the published layout, e.g. the shipped one) training continues from that
-head's weights and keeps its draft vocabulary (vocab_size is then not used), so a longer schedule
-on more data can resume from an artifact instead of from random weights.
+head's weights, so a longer schedule on more data can resume from an artifact instead of from
+random weights. It keeps the head's draft vocabulary (vocab_size is then not used) unless
+`keep_vocab` is false: then the vocabulary is chosen anew by vocab_size on this data (new data
+may use tokens the old vocabulary left out), the output rows of the tokens in both copied and
+the others initialised as a new head's.
 With `soft=True` the cross-entropy's target is the target model's own distribution over the
 draft vocabulary at that position (softmax of its output layer's rows for the draft vocabulary
 applied to its final hidden state: a KL to the target, renormalised over the draft vocabulary)
@@ -75,6 +78,7 @@ class EagleSpec(SequenceSpec):
             d.get("layers"),
             bool(d.soft),
             d.get("init"),
+            bool(d.get("keep_vocab", True)),
         )
 
     def __init__(
@@ -91,6 +95,7 @@ class EagleSpec(SequenceSpec):
         layers: list[int] | None = None,
         soft: bool = False,
         init: str | None = None,
+        keep_vocab: bool = True,
     ):
         self.kind, self.base, self.batch_size, self.soft = kind, base, batch_size, soft
         self.steps, self.eval_steps = steps, max(eval_steps, steps)
@@ -108,7 +113,7 @@ class EagleSpec(SequenceSpec):
         V = target.config.vocab_size
         counts = answer_counts(self.seqs["train"], V)
         self.frequent = frequent_ids(counts) if kind == "eagle" else None
-        self.init = str(init) if init else None
+        self.init, self.keep_vocab = (str(init) if init else None), keep_vocab
         d2t = self._head(target, kind, vocab_size)
         self.module.embed = self.module.embed.float()
         self.module.out_head = self.module.out_head.float()
@@ -130,6 +135,9 @@ class EagleSpec(SequenceSpec):
         if self.init:
             self.module = self.warm_start(Path(self.init), target, kind)
             d2t = self.module.d2t if kind == "eagle3" else None
+            if d2t is not None and not self.keep_vocab:
+                d2t, _ = draft_vocab(self.seqs, V, vocab_size or V)
+                refit_vocab(self.module, d2t)
             if d2t is not None:
                 held = answer_counts(self.seqs["eval"] or self.seqs["train"], V)
                 self.coverage = float(held[d2t].sum() / held.sum().clamp_min(1))
@@ -234,3 +242,16 @@ class EagleSpec(SequenceSpec):
             # the draft-vocabulary output layer, most of the head's bytes, stored in int8
             int8=("lm_head.weight",) if self.kind == "eagle3" else (),
         )
+
+
+def refit_vocab(head: eagle.EagleHead, d2t: torch.Tensor) -> None:
+    """An EAGLE-3 head's output layer over the draft vocabulary `d2t` (target ids) in place of
+    its own: the rows of tokens in both kept, the others initialised as a new head's."""
+    old = head.lm_head
+    where = inverse(head.d2t, head.config.vocab_size)[d2t]  # row in the old layer, or -1
+    new = torch.nn.Linear(old.in_features, d2t.numel(), bias=False)
+    new = new.to(dtype=old.weight.dtype, device=old.weight.device)
+    have = where >= 0
+    with torch.no_grad():
+        new.weight[have] = old.weight[where[have]]
+    head.lm_head, head.d2t = new, d2t.long().to(head.d2t.device)
