@@ -57,6 +57,11 @@ def sources_hash(root: Path = ROOT) -> str:
     return h.hexdigest()[:16]
 
 
+def head_commit(root: Path = ROOT) -> str | None:
+    """HEAD's commit as git reads it now (not the cached `code_state`), None outside git."""
+    return (_git("rev-parse", "HEAD", root=root) or "").strip() or None
+
+
 def dirty_files(root: Path = ROOT) -> list[str]:
     """Tracked files that differ from HEAD (what makes a measurement not reproducible from the
     commit it names)."""

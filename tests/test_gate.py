@@ -197,6 +197,25 @@ def test_update_from_a_modified_tree_is_refused_before_measuring(experiment, mon
         gate.gate(experiment, [], True, None)
 
 
+def test_update_writes_nothing_when_the_tree_changes_while_it_measures(experiment, monkeypatch):
+    baseline = experiment.parent / "baseline.json"
+    states = iter([[], ["docs/training.md"]])  # clean when it starts, edited by the end
+    monkeypatch.setattr(gate, "dirty_files", lambda: next(states))
+    monkeypatch.setattr(gate, "head_commit", lambda: "a" * 40)
+    env = {"cpu_kind": "x", "git_sha": "a" * 40 + "-dirty"}
+    monkeypatch.setattr(gate, "measure", lambda *a: ({"ar": {}}, {}, env))
+    with pytest.raises(UserError, match=r"changed while the gate measured.*docs/training.md"):
+        gate.gate(experiment, [], True, None)
+    assert not baseline.exists()
+
+    heads = iter(["a" * 40, "b" * 40])  # a commit landed during the run
+    monkeypatch.setattr(gate, "dirty_files", lambda: [])
+    monkeypatch.setattr(gate, "head_commit", lambda: next(heads))
+    with pytest.raises(UserError, match=f"HEAD moved from {'a' * 40} to {'b' * 40}"):
+        gate.gate(experiment, [], True, None)
+    assert not baseline.exists()
+
+
 def test_a_gate_without_ar_is_refused(tmp_path):
     path = tmp_path / "gate.yaml"
     path.write_text(yaml.safe_dump({"overrides": [], "methods": ["ngram"]}))

@@ -51,7 +51,7 @@ from bench.gate.units import stored, units_of
 from bench.run.config import check_overrides
 from groundfloor.errors import UserError
 from groundfloor.progress import progress_bar
-from groundfloor.provenance import dirty_files
+from groundfloor.provenance import dirty_files, head_commit
 
 SUMMARY = ("tau", "exact_match", "speedup", "tokens_per_s", "baseline_tokens_per_s", "k")
 
@@ -115,13 +115,20 @@ def measure(exp: dict, extra: list[str], out: Path) -> tuple[dict, dict, dict]:
 
 
 def write_baseline(
-    path: Path, exp: dict, overrides: list[str], now: dict, skipped: dict, env: dict
+    path: Path,
+    exp: dict,
+    overrides: list[str],
+    now: dict,
+    skipped: dict,
+    env: dict,
+    commit: str | None = None,
 ) -> list[str]:
-    """Rewrite the baseline: the commit measured (the A side of every A/B gate after it) and
-    this CPU kind's entry; other kinds' entries are kept only when they measured the same commit
-    with the same settings (each a `--quick` baseline) → notes to print."""
+    """Rewrite the baseline: the commit measured (the A side of every A/B gate after it: the
+    clean HEAD `record` checked before and after measuring, else env's git_sha) and this CPU
+    kind's entry; other kinds' entries are kept only when they measured the same commit with
+    the same settings (each a `--quick` baseline) → notes to print."""
     doc = json.loads(path.read_text()) if path.exists() else {}
-    commit = env.get("git_sha")
+    commit = commit or env.get("git_sha")
     same_settings = (
         doc.get("overrides") == overrides
         and doc.get("method_overrides") == (exp["method_overrides"])
@@ -135,7 +142,7 @@ def write_baseline(
         )
     machines[env["cpu_kind"]] = {
         "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "commit": env.get("git_sha"),
+        "commit": commit,
         "env": env,
         "outputs": {u: d["reference"] for u, d in now["ar"]["units"].items()},
         "methods": {
@@ -228,30 +235,46 @@ def setting_notes(exp: dict, base: dict, extra: list[str]) -> list[str]:
 
 def record(exp: dict, extra: list[str], out: Path | None, bpath: Path) -> int:
     """--update: measure this clean tree with `record_repeats` pairs per unit and rewrite the
-    baseline: its commit, the committed ids, and this CPU kind's entry."""
+    baseline: its commit, the committed ids, and this CPU kind's entry. The tree must be clean
+    and at the same commit both before and after measuring (an edit or a commit during the run
+    would leave a baseline naming code that was not the code measured)."""
     tol = Tolerances.from_dict(exp)
-    if dirty := dirty_files():
-        raise UserError(
-            f"refusing to record a gate baseline from a modified tree ({', '.join(dirty[:4])}"
-            f"{' …' if len(dirty) > 4 else ''}): commit first, so that the baseline names the "
-            "commit it measured"
-        )
+    commit = clean_commit("refusing to record a gate baseline from")
     start = time.perf_counter()
     runs = [*extra, f"repeats={exp['record_repeats']}"]
     with tempfile.TemporaryDirectory(prefix="specsweep-gate-") as tmp:
         now, skipped, env = measure(exp, runs, Path(out) / stamp() if out else Path(tmp))
     took = time.perf_counter() - start
+    after = clean_commit(
+        "the tree changed while the gate measured, so nothing was written: it is now"
+    )
+    if after != commit:
+        raise UserError(
+            f"HEAD moved from {commit} to {after} while the gate measured; nothing written: "
+            "rerun `python -m bench.gate --update` with the tree left as it is"
+        )
     overrides = [*exp.get("overrides", []), *extra]
-    for n in write_baseline(bpath, exp, overrides, now, skipped, env):
+    for n in write_baseline(bpath, exp, overrides, now, skipped, env, commit):
         print(f"note: {n}")
     entry = json.loads(bpath.read_text())["machines"][env["cpu_kind"]]
     for line in power_lines(entry, tol):
         print(line)
     print(
-        f"gate baseline for {env['cpu_kind']} at {env['git_sha']} written to {bpath} "
+        f"gate baseline for {env['cpu_kind']} at {commit} written to {bpath} "
         f"({', '.join(now)}; {took:.0f} s)"
     )
     return 0
+
+
+def clean_commit(what: str) -> str | None:
+    """HEAD's commit when no tracked file differs from it; else one UserError line that names
+    the modified files."""
+    if dirty := dirty_files():
+        raise UserError(
+            f"{what} a modified tree ({', '.join(dirty[:4])}{' …' if len(dirty) > 4 else ''}): "
+            "commit first, so that the baseline names the commit it measured"
+        )
+    return head_commit()
 
 
 def gate_quick(exp: dict, base: dict, extra: list[str], out: Path | None) -> int:
