@@ -146,6 +146,52 @@ def test_distilled_draft_trains_saves_and_is_exact(data, tiny_target_dir, tmp_pa
         assert run(dr, p).output_ids == run(ar, p).output_ids
 
 
+def test_distilled_draft_continues_from_a_saved_one(data, tiny_target_dir, tmp_path):
+    from groundfloor.errors import UserError
+    from groundfloor.models import load_model
+
+    target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    kw = dict(num_layers=1, batch_size=4, holdout=0.25, base="tiny")
+    torch.manual_seed(0)
+    first = specs.DraftSpec(data, target, vocab_size=12, **kw)
+    loop.train(first, tmp_path / "w", steps=6, lr=3e-3, warmup=1, ckpt_every=6, eval_every=6)
+    first.save(tmp_path / "draft", {})
+    again = specs.DraftSpec(data, target, vocab_size=30, init=str(tmp_path / "draft"), **kw)
+    assert again.d2t.tolist() == first.d2t.tolist()  # its vocabulary, not 30 ids
+    assert again.module.training and all(p.requires_grad for p in again.module.parameters())
+    saved = first.module.state_dict()
+    for k, v in again.module.state_dict().items():
+        if "rotary" in k:
+            continue
+        # bfloat16 files (the head int8 per row): the saved values, to their rounding
+        assert torch.allclose(v.float(), saved[k].float(), rtol=2e-2, atol=2e-2), k
+    loss0 = loop.held_out_loss(loop.evaluate(again))
+    assert loss0 == pytest.approx(loop.held_out_loss(loop.evaluate(first)), rel=0.05)
+    assert loss0 != pytest.approx(
+        loop.held_out_loss(loop.evaluate(specs.DraftSpec(data, target, vocab_size=12, **kw))),
+        rel=1e-3,
+    )  # a new draft from the target's layers scores otherwise: the saved one was loaded
+
+    refit = specs.DraftSpec(
+        data, target, vocab_size=7, init=str(tmp_path / "draft"), keep_vocab=False, **kw
+    )
+    want, _ = specs.draft_vocab(refit.seqs, target.config.vocab_size, 7)
+    assert refit.d2t.tolist() == want.tolist() == refit.module.d2t.tolist()
+    old_rows = {t: i for i, t in enumerate(again.d2t.tolist())}
+    lm = target.get_output_embeddings().weight
+    for i, t in enumerate(want.tolist()):  # a token's row follows it; new ones: the target's
+        row = again.module.head.weight[old_rows[t]] if t in old_rows else lm[t]
+        assert torch.equal(refit.module.head.weight[i], row)
+    assert (refit.t2d[want] == torch.arange(7)).all()
+
+    with pytest.raises(UserError, match="is not a saved draft model"):
+        specs.DraftSpec(data, target, vocab_size=12, init=str(tmp_path / "nowhere"), **kw)
+    with pytest.raises(UserError, match=r"has 1 layer\(s\); drafter.num_layers=2"):
+        specs.DraftSpec(
+            data, target, vocab_size=12, init=str(tmp_path / "draft"), **{**kw, "num_layers": 2}
+        )
+
+
 def _medusa(data, target, seed):
     torch.manual_seed(seed)  # as `python -m train` does before building the drafter
     return specs.MedusaSpec(

@@ -1,10 +1,12 @@
-"""Saved EAGLE heads side by side on the same held-out split: top-1 per draft position.
+"""Saved EAGLE heads (or draft models) side by side on the same held-out split: top-1 per
+draft position.
 
     python -m train.evaluate drafter=eagle3 limit=6400 +heads=[OLD_DIR,NEW_DIR]
+    python -m train.evaluate drafter=draft limit=3200 +heads=[OLD_DIR,NEW_DIR]
 
 The data is the training command's own (same prompts, limit, ids and cached states; the split by
 prompt id, so a head never saw the held-out prompts whatever data it was trained on); each head is
-loaded as `drafter.init` loads it (train.eagle_spec) and evaluated by train.loop's
+loaded as `drafter.init` loads it (train.eagle_spec, train.specs) and evaluated by train.loop's
 `evaluate` on the whole held-out split, greedy and sampled answers together and apart, and
 source by source (train.tally maps a source to its category). Misses
 outside a head's draft vocabulary count as misses.

@@ -201,6 +201,11 @@ class DraftSpec(SequenceSpec):
 
     Labels are draft-vocabulary ids (t2d of the next token); a next token outside the draft
     vocabulary is excluded from the loss but counted as a miss in the accuracy.
+
+    With `init` (a saved draft model, e.g. the shipped one) training continues from it, in its
+    own draft vocabulary unless `keep_vocab` is false: then the vocabulary is chosen anew by
+    vocab_size on this data, a token's trained row follows it and new tokens start from the
+    target's output rows, as a new draft's do (train.evaluate loads saved drafts this way).
     """
 
     @staticmethod
@@ -218,6 +223,8 @@ class DraftSpec(SequenceSpec):
             int(d.batch_size),
             float(cfg.holdout),
             str(cfg.target),
+            d.get("init"),
+            bool(d.get("keep_vocab", True)),
         )
 
     def __init__(
@@ -229,16 +236,27 @@ class DraftSpec(SequenceSpec):
         batch_size: int,
         holdout: float,
         base: str,
+        init: str | None = None,
+        keep_vocab: bool = True,
     ):
         from drafters import draftmodel
 
         self.batch_size, self.base = batch_size, base
+        self.init = str(init) if init else None
         self.split(data, holdout)
         V = target.config.vocab_size
-        self.d2t, self.coverage = draft_vocab(self.seqs, V, vocab_size)
+        if self.init:
+            self.module = warm_draft(Path(self.init), target, num_layers)
+            if not keep_vocab:
+                refit_draft_vocab(self.module, draft_vocab(self.seqs, V, vocab_size)[0], target)
+            held = answer_counts(self.seqs["eval"] or self.seqs["train"], V)
+            self.d2t = self.module.d2t
+            self.coverage = float(held[self.d2t].sum() / held.sum().clamp_min(1))
+        else:
+            self.d2t, self.coverage = draft_vocab(self.seqs, V, vocab_size)
+            self.module = draftmodel.from_target(target, num_layers, self.d2t)
         self.t2d = inverse(self.d2t, V)
-        self.module = draftmodel.from_target(target, num_layers, self.d2t)
-        self.module.requires_grad_(True)
+        self.module.train().requires_grad_(True)
 
     def batches(self, split: str, rng: torch.Generator | None):
         for group in self.groups(split, rng):
@@ -275,6 +293,39 @@ class DraftSpec(SequenceSpec):
                 "eval": eval_result,
                 "vocab_coverage": round(self.coverage, 4),
                 "train_tokens": self.sizes(),
+                **({"init": self.init} if self.init else {}),
             },
             int8=("head.weight",),  # the reduced-vocabulary head in int8 (drafters.storage)
         )
+
+
+def warm_draft(path: Path, target, num_layers: int):
+    """The saved draft model at `path` (drafters.draftmodel's layout), in float32, checked
+    against the spec's depth."""
+    from drafters import draftmodel
+
+    if not draftmodel.is_distilled(path):
+        raise UserError(
+            f"drafter.init={str(path)!r} is not a saved draft model (no {draftmodel.MARKER}); "
+            "give a directory `python -m train drafter=draft` wrote"
+        )
+    draft = draftmodel.load(path, target, torch.float32)
+    if draft.config.num_hidden_layers != num_layers:
+        raise UserError(
+            f"drafter.init={str(path)!r} has {draft.config.num_hidden_layers} layer(s); "
+            f"drafter.num_layers={num_layers} here: set it to match"
+        )
+    return draft
+
+
+def refit_draft_vocab(draft, d2t: torch.Tensor, target) -> None:
+    """A draft model's output layer over the draft vocabulary `d2t` (target ids) in place of
+    its own: the rows of tokens in both kept, the others the target's output rows."""
+    old = draft.head
+    where = inverse(draft.d2t, draft.vocab)[d2t]  # row in the old layer, or -1
+    new = torch.nn.Linear(old.in_features, d2t.numel(), bias=False).to(old.weight)
+    have = where >= 0
+    with torch.no_grad():
+        new.weight.copy_(target.get_output_embeddings().weight.detach()[d2t])
+        new.weight[have] = old.weight[where[have]]
+    draft.head, draft.d2t = new, d2t.long().to(draft.d2t.device)
