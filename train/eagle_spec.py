@@ -40,7 +40,14 @@ from drafters.draftvocab import inverse
 from engines.base import additive
 from groundfloor.errors import UserError
 from groundfloor.models import resolve_path
-from train.specs import SequenceSpec, answer_counts, draft_vocab, frequent_ids
+from train.specs import (
+    SequenceSpec,
+    answer_counts,
+    draft_vocab,
+    frequent_ids,
+    held_out_coverage,
+    refit_rows,
+)
 
 
 def unroll_mask(L: int, j: int, dtype, device) -> torch.Tensor:
@@ -139,8 +146,7 @@ class EagleSpec(SequenceSpec):
                 d2t, _ = draft_vocab(self.seqs, V, vocab_size or V)
                 refit_vocab(self.module, d2t)
             if d2t is not None:
-                held = answer_counts(self.seqs["eval"] or self.seqs["train"], V)
-                self.coverage = float(held[d2t].sum() / held.sum().clamp_min(1))
+                self.coverage = held_out_coverage(self.seqs, d2t, V)
             return d2t
         if kind == "eagle3":
             d2t, self.coverage = draft_vocab(self.seqs, V, vocab_size or V)
@@ -247,11 +253,5 @@ class EagleSpec(SequenceSpec):
 def refit_vocab(head: eagle.EagleHead, d2t: torch.Tensor) -> None:
     """An EAGLE-3 head's output layer over the draft vocabulary `d2t` (target ids) in place of
     its own: the rows of tokens in both kept, the others initialised as a new head's."""
-    old = head.lm_head
-    where = inverse(head.d2t, head.config.vocab_size)[d2t]  # row in the old layer, or -1
-    new = torch.nn.Linear(old.in_features, d2t.numel(), bias=False)
-    new = new.to(dtype=old.weight.dtype, device=old.weight.device)
-    have = where >= 0
-    with torch.no_grad():
-        new.weight[have] = old.weight[where[have]]
-    head.lm_head, head.d2t = new, d2t.long().to(head.d2t.device)
+    head.lm_head = refit_rows(head.lm_head, head.d2t, d2t, head.config.vocab_size)
+    head.d2t = d2t.long().to(head.d2t.device)

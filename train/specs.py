@@ -249,9 +249,8 @@ class DraftSpec(SequenceSpec):
             self.module = warm_draft(Path(self.init), target, num_layers)
             if not keep_vocab:
                 refit_draft_vocab(self.module, draft_vocab(self.seqs, V, vocab_size)[0], target)
-            held = answer_counts(self.seqs["eval"] or self.seqs["train"], V)
             self.d2t = self.module.d2t
-            self.coverage = float(held[self.d2t].sum() / held.sum().clamp_min(1))
+            self.coverage = held_out_coverage(self.seqs, self.d2t, V)
         else:
             self.d2t, self.coverage = draft_vocab(self.seqs, V, vocab_size)
             self.module = draftmodel.from_target(target, num_layers, self.d2t)
@@ -321,11 +320,29 @@ def warm_draft(path: Path, target, num_layers: int):
 def refit_draft_vocab(draft, d2t: torch.Tensor, target) -> None:
     """A draft model's output layer over the draft vocabulary `d2t` (target ids) in place of
     its own: the rows of tokens in both kept, the others the target's output rows."""
-    old = draft.head
-    where = inverse(draft.d2t, draft.vocab)[d2t]  # row in the old layer, or -1
+    start = target.get_output_embeddings().weight.detach()[d2t]
+    draft.head = refit_rows(draft.head, draft.d2t, d2t, draft.vocab, start)
+    draft.d2t = d2t.long().to(draft.d2t.device)
+
+
+def refit_rows(
+    old: torch.nn.Linear, old_d2t: torch.Tensor, d2t: torch.Tensor, vocab: int, start=None
+) -> torch.nn.Linear:
+    """An output layer over the draft vocabulary `d2t` in place of `old` (over `old_d2t`; both
+    target ids of a `vocab`-token target): a token in both keeps its trained row; the others
+    start from `start`'s rows (one per id of d2t), or None: a new layer's initialisation."""
+    where = inverse(old_d2t, vocab)[d2t]  # row in the old layer, or -1
     new = torch.nn.Linear(old.in_features, d2t.numel(), bias=False).to(old.weight)
     have = where >= 0
     with torch.no_grad():
-        new.weight.copy_(target.get_output_embeddings().weight.detach()[d2t])
+        if start is not None:
+            new.weight.copy_(start)
         new.weight[have] = old.weight[where[have]]
-    draft.head, draft.d2t = new, d2t.long().to(draft.d2t.device)
+    return new
+
+
+def held_out_coverage(seqs: dict, d2t: torch.Tensor, vocab: int) -> float:
+    """The share of the held-out answer tokens (the training ones where none is held out) that
+    the draft vocabulary `d2t` holds."""
+    held = answer_counts(seqs["eval"] or seqs["train"], vocab)
+    return float(held[d2t].sum() / held.sum().clamp_min(1))

@@ -121,14 +121,13 @@ def write_baseline(
     now: dict,
     skipped: dict,
     env: dict,
-    commit: str | None = None,
+    commit: str | None,
 ) -> list[str]:
     """Rewrite the baseline: the commit measured (the A side of every A/B gate after it: the
-    clean HEAD `record` checked before and after measuring, else env's git_sha) and this CPU
-    kind's entry; other kinds' entries are kept only when they measured the same commit with
-    the same settings (each a `--quick` baseline) → notes to print."""
+    clean HEAD `record` checked before and after measuring) and this CPU kind's entry; other
+    kinds' entries are kept only when they measured the same commit with the same settings
+    (each a `--quick` baseline) → notes to print."""
     doc = json.loads(path.read_text()) if path.exists() else {}
-    commit = commit or env.get("git_sha")
     same_settings = (
         doc.get("overrides") == overrides
         and doc.get("method_overrides") == (exp["method_overrides"])
