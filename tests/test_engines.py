@@ -492,6 +492,9 @@ def test_every_build_gives_the_same_bits():
     cos, sin = torch.randn(5, 64, generator=g), torch.randn(5, 64, generator=g)
     xr = x[:, :192].contiguous()
     ref.rope_(xr, 3, 64, cos, sin)
+    heads = x[:, :192].view(5, 3, 64)  # x·cos + roll(x, hd/2)·sin, each a product and one sum
+    rolled = torch.cat([heads[..., 32:], heads[..., :32]], -1)
+    assert torch.equal(xr.view(5, 3, 64), heads * cos[:, None] + rolled * sin[:, None])
     for kind, mod in builds.items():
         assert torch.equal(mod.rms_norm(x, w, 1e-5), ref.rms_norm(x, w, 1e-5)), kind
         xa = x[:, :192].contiguous()

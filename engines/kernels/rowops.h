@@ -37,37 +37,50 @@ inline torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
   return y;
 }
 
-// x += r in place (the residual stream); returns rms_norm(x).
-inline torch::Tensor add_rms_norm_(torch::Tensor x, torch::Tensor r, torch::Tensor w, double eps) {
+// x += r in place (the residual stream), one float sum a value as torch's add_ makes it.
+inline void add_(torch::Tensor x, const torch::Tensor& r) {
   check_rows(x, "x");
   check_rows(r, "r");
-  TORCH_CHECK(x.numel() == r.numel(), "add_rms_norm_: x and r differ in size");
+  TORCH_CHECK(x.numel() == r.numel(), "add_: x and r differ in size");
   const int64_t n = x.numel();
   float* xp = x.data_ptr<float>();
   const float* rp = r.data_ptr<float>();
   for (int64_t k = 0; k < n; ++k) xp[k] += rp[k];
+}
+
+// x += r in place (the residual stream); returns rms_norm(x).
+inline torch::Tensor add_rms_norm_(torch::Tensor x, torch::Tensor r, torch::Tensor w, double eps) {
+  add_(x, r);
   return rms_norm(x, w, eps);
 }
 
 // Rotary in place on the first `heads` heads of each row: x (R, width) holding heads of hd
 // values from its start (q and k of a fused projection), cos/sin (R, hd), sin carrying
-// rotate_half's sign: x ← x·cos + roll(x, hd/2)·sin.
+// rotate_half's sign: x ← x·cos + roll(x, hd/2)·sin. Each value is one product by its cos plus
+// one by its sin (its partner half a head away), the halves swapped in registers: no temporary,
+// no index arithmetic per value, and the loop vectorises (the same two products and one sum per
+// value, hence the same bits, in any width).
 inline void rope_(torch::Tensor x, int64_t heads, int64_t hd, torch::Tensor cos,
                   torch::Tensor sin) {
   check_rows(x, "x");
   check_rows(cos, "cos");
   check_rows(sin, "sin");
   const int64_t width = x.size(-1), R = x.numel() / width, half = hd / 2;
-  TORCH_CHECK(heads * hd <= width && cos.numel() == R * hd, "rope_: bad shapes");
+  TORCH_CHECK(heads * hd <= width && cos.numel() == R * hd && hd % 2 == 0, "rope_: bad shapes");
   float* xp = x.data_ptr<float>();
-  std::vector<float> t(hd);
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
   for (int64_t r = 0; r < R; ++r) {
-    const float* c = cos.data_ptr<float>() + r * hd;
-    const float* s = sin.data_ptr<float>() + r * hd;
+    const float* __restrict c = cp + r * hd;
+    const float* __restrict s = sp + r * hd;
     for (int64_t h = 0; h < heads; ++h) {
-      float* v = xp + r * width + h * hd;
-      for (int64_t k = 0; k < hd; ++k) t[k] = v[k];
-      for (int64_t k = 0; k < hd; ++k) v[k] = t[k] * c[k] + t[(k + half) % hd] * s[k];
+      float* __restrict lo = xp + r * width + h * hd;
+      float* __restrict hi = lo + half;
+      for (int64_t k = 0; k < half; ++k) {
+        const float a = lo[k], b = hi[k];
+        lo[k] = a * c[k] + b * s[k];
+        hi[k] = b * c[k + half] + a * s[k + half];
+      }
     }
   }
 }
