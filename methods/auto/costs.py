@@ -25,6 +25,7 @@ class Costs:
         # more inside the decode loop than the warm probes time (measured ~2× on Zen 4: a
         # 4-row verify after drafting 1.2 ms over a plain step, the probe's curve 0.5 ms)
         self.extra = 1.0
+        self._at: dict[int, float] = {}  # verify(q) by q: the sizing asks ~170 times a round
 
     def verify(self, q: int) -> float:
         """Seconds of one target forward over q tokens, linear between timed sizes (and past
@@ -32,6 +33,12 @@ class Costs:
         sequences have filled it so far (engines.probe.BatchCurve)."""
         if self.batch is not None:
             return self.batch.verify(q)
+        c = self._at.get(q)
+        if c is None:
+            c = self._at[q] = self._interpolate(q)
+        return c
+
+    def _interpolate(self, q: int) -> float:
         xs, ys = self.q, self.c
         if len(xs) == 1:
             return ys[0] * q / xs[0]
