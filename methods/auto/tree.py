@@ -178,13 +178,20 @@ class TreeChooser(Policy):
 class NodeRates(Policy):
     """k=auto for a fixed tree template (Medusa's, Token Recycling's): each round verifies the
     template's best n nodes, n maximising (1 + Σ ŝ)/T(n), a node's ŝ its measured share of
-    the rounds that verified it in which the accepted path went through it (prior PRIOR^depth,
-    never above its parent's), every node always ranked after its parent."""
+    the rounds that verified it in which the accepted path went through it (never above its
+    parent's), every node always ranked after its parent. Its prior: the drafter's own per-node
+    reach where it has one (Medusa's trained heads: the product of their held-out rank
+    accuracies along the node's path), else PRIOR^depth."""
 
-    def __init__(self, parents: list[int], max_nodes: int, prior: float = PRIOR):
+    def __init__(self, parents: list[int], max_nodes: int, prior: float | list = PRIOR):
         self.parents = list(parents)
         self.depth = depths_of(self.parents)
-        self.prior = [prior**d for d in self.depth]
+        if isinstance(prior, (list, tuple)):
+            if len(prior) != len(self.parents):
+                raise ValueError(f"{len(prior)} node priors for {len(self.parents)} nodes")
+            self.prior = [min(max(float(p), 0.0), 1.0) for p in prior]
+        else:
+            self.prior = [prior**d for d in self.depth]
         self.max_nodes = max_nodes
         self.reset()
 
