@@ -78,8 +78,8 @@ class Medusa(TreeMethod):
         self.topk = int(self.node_rank.max()) + 1
         self.depth = self.layout.max_depth
         if pruned:
-            prior = _node_reach(order, hcfg.get("rank_accuracy"))
-            self.use_auto(self.layout.parents, budget.MAX_NODES, *([prior] if prior else []))
+            prior = static_trees.path_reach(order, hcfg.get("rank_accuracy"))
+            self.use_auto(self.layout.parents, budget.MAX_NODES, prior or auto.PRIOR)
         self._vocab_and_weights(ctx, hcfg.get("frequent_ids"), draft_vocab, n)
         self.info = {
             "tree_nodes": self.layout.size,
@@ -217,21 +217,3 @@ class Medusa(TreeMethod):
             node = max(ok, key=lambda c: float(p[row, tokens[c]]))
             path.append(node)
             row = node + 1
-
-
-def _node_reach(paths: list, rank_accuracy) -> list[float] | None:
-    """k=auto's prior reach of each tree node (rank paths in node order): the product of the
-    heads' held-out accuracies at the node's ranks along its path, as Medusa sizes its trees
-    (sibling ranks get their own, lower rates, where PRIOR^depth gave every sibling its
-    parent's); None where the heads carry no rank accuracies or too few ranks."""
-    if not rank_accuracy:
-        return None
-    out = []
-    for path in paths:
-        reach = 1.0
-        for head, rank in enumerate(path):
-            if head >= len(rank_accuracy) or rank >= len(rank_accuracy[head]):
-                return None
-            reach *= float(rank_accuracy[head][rank])
-        out.append(reach)
-    return out

@@ -59,6 +59,24 @@ def sized_tree(rank_accuracy: list[list[float]], size: int, depth: int) -> list[
     return chosen
 
 
+def path_reach(paths, rank_accuracy) -> list[float] | None:
+    """Each path's acceptance probability as sized_tree scores it, Π_d rank_accuracy[d][path[d]]
+    (k=auto's prior reach of a static tree's nodes: sibling ranks get their own, lower rates,
+    where PRIOR^depth gave every sibling its parent's); None where there are no accuracies or
+    a path reaches a head or rank they lack."""
+    if not rank_accuracy:
+        return None
+    out = []
+    for path in paths:
+        reach = 1.0
+        for head, rank in enumerate(path):
+            if head >= len(rank_accuracy) or rank >= len(rank_accuracy[head]):
+                return None
+            reach *= float(rank_accuracy[head][rank])
+        out.append(reach)
+    return out
+
+
 def resolve(tree, rank_accuracy, size: int, depth: int, num_heads: int) -> list[list[int]]:
     """A tree from config: a name in TREES, 'auto' (sized from accuracies), or a list of paths;
     paths deeper than `depth` or than the available heads are dropped."""

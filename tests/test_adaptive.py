@@ -463,13 +463,13 @@ def test_a_static_tree_starts_from_the_drafters_own_node_rates():
     """Siblings are disjoint events: a prior of PRIOR^depth for each made a fresh template look
     worth verifying whole; a drafter's own per-node reach (Medusa: its heads' rank accuracies
     multiplied along the path) starts the sizing where the heads are."""
-    from methods.medusa import _node_reach
+    from methods.static_trees import path_reach
 
     parents = [-1, -1, -1, 0]  # three ranks of the first head, one child of its top token
-    own = _node_reach([(0,), (1,), (2,), (0, 0)], [[0.3, 0.08, 0.05], [0.5, 0.1]])
+    own = path_reach([(0,), (1,), (2,), (0, 0)], [[0.3, 0.08, 0.05], [0.5, 0.1]])
     assert own == pytest.approx([0.3, 0.08, 0.05, 0.15])
-    assert _node_reach([(0,), (3,)], [[0.3, 0.08, 0.05]]) is None  # a rank it has no rate for
-    assert _node_reach([(0,)], None) is None
+    assert path_reach([(0,), (3,)], [[0.3, 0.08, 0.05]]) is None  # a rank it has no rate for
+    assert path_reach([(0,)], None) is None
     rated, flat = auto.NodeRates(parents, 8, own), auto.NodeRates(parents, 8)
     for pol in (rated, flat):
         pol.calibrate(CPU, step_s=0.0005)

@@ -8,7 +8,6 @@
 #include <torch/extension.h>
 
 #include <cmath>
-#include <vector>
 
 #include "isa.h"
 
