@@ -178,11 +178,21 @@ class Method:
             self.info = {}
         self.info["auto"] = self.auto.summary()
 
-    def learn(self, proposal: Proposal, acc: Accepted, seconds: float | None = None) -> None:
-        """k=auto: the policy reads the round's outcome (after the verify; timed as draft) and
-        what the round took (its draft, verify and accept spans; None where not measured)."""
-        if self.auto is not None:
-            self.auto.learn(proposal, acc, seconds if self.round_seconds else None)
+    def learn(
+        self,
+        proposal: Proposal,
+        acc: Accepted,
+        seconds: float | None = None,
+        verify_s: float | None = None,
+    ) -> None:
+        """k=auto: the policy reads the round's outcome (after the verify; timed as draft), what
+        the round took (its draft, verify and accept spans) and its verify alone (the cost
+        model's verify_scale: methods.auto.Costs.observe); None where not measured."""
+        if self.auto is None:
+            return
+        if self.round_seconds and self.auto.costs is not None:
+            self.auto.costs.observe(1 + len(proposal.tokens), verify_s)
+        self.auto.learn(proposal, acc, seconds if self.round_seconds else None)
 
     # --- per turn ---
     def start(self, state: DecodeState) -> None:

@@ -152,11 +152,11 @@ class Sam(TreeMethod):
         if self.fallback is not None:
             self.fallback.ready()
 
-    def learn(self, proposal, acc, seconds=None) -> None:
+    def learn(self, proposal, acc, seconds=None, verify_s=None) -> None:
         if proposal.bucket is not None:  # a round the automaton drafted
-            super().learn(proposal, acc, seconds)
+            super().learn(proposal, acc, seconds, verify_s)
         elif self.fallback is not None:  # (its policy ignores rounds it did not draft)
-            self.fallback.learn(proposal, acc, seconds)
+            self.fallback.learn(proposal, acc, seconds, verify_s)
 
     def observe(self, state, proposal, acc) -> None:
         (self.fallback or super()).observe(state, proposal, acc)

@@ -35,6 +35,29 @@ def test_costs_interpolate_between_and_past_the_timed_sizes():
     )
 
 
+def test_the_loops_verifies_rescale_what_extra_rows_cost():
+    """Costs.observe: the loop's plain verifies set a level, wider ones fit verify_scale (what
+    their rows cost over that level ÷ what the curve says), which prices every size's rows, so
+    a curve timed on back-to-back forwards that under-prices a round's verify is corrected by
+    the rounds themselves; unmeasured verifies (None) change nothing."""
+    c = auto.Costs(CPU, step_s=0.001)
+    rows = c.verify(4) - c.verify(1)
+    before = c.round(3, 2)
+    c.observe(4, 0.020)  # no plain verify measured yet: nothing to compare with
+    c.observe(1, None)
+    assert c.verify_scale == 1.0 and c.plain_verify is None
+    for _ in range(60):
+        c.observe(1, 0.010)
+        c.observe(4, 0.010 + 2 * rows)  # the loop's 3 extra rows cost twice the curve's
+    assert c.plain_verify == pytest.approx(0.010)
+    assert c.verify_scale == pytest.approx(2.0, rel=0.01)
+    assert c.round(3, 2) == pytest.approx(before + rows, rel=0.01)
+    assert c.round(0, 0) == pytest.approx(0.010)  # a plain round's price is the curve's
+    for _ in range(60):
+        c.observe(2, 0.009)  # below the plain level: clipped, never a negative price
+    assert c.verify_scale == pytest.approx(auto.costs.SCALE_MIN, rel=0.01)
+
+
 def test_the_length_follows_acceptance_and_the_curve():
     # nothing accepted: drafting never pays, a round is a plain step
     assert chooser(CPU, 0.02).length() == 0

@@ -81,7 +81,8 @@ def generate(
         with clock.phase("draft"):  # the drafter reads the verify (features, tables, caches)
             method.observe(state, proposal, acc)
             # k=auto: the rates the next round's size reads, and the round's measured seconds
-            method.learn(proposal, acc, clock.latest_s("draft", "verify", "other"))
+            round_s = clock.latest_s("draft", "verify", "other")
+            method.learn(proposal, acc, round_s, clock.latest_s("verify"))
         with clock.phase("other"):
             tokens, eos = cut(acc.tokens, budget, eos_ids)
             res.stop = "eos" if eos else res.stop

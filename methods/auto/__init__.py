@@ -29,7 +29,10 @@ yielded per second the decode loop measured them taking) is below a plain round'
 again after PROBE_EVERY such rounds (the same doubling wait), a probe's gain replacing the stale
 running mean; each measured drafted round refits ρ, the measured ÷ modelled cost of drafting,
 which scales every T(n) − T(0) the sizes are chosen with (a verify's rows and a drafter's steps
-cost more in the loop than warm probes time them).
+cost more in the loop than warm probes time them). Every policy also reads each round's verify
+as the loop timed it (Costs.observe): plain ones set a level, wider ones refit the scale of the
+curve's extra rows, c(q) − c(1) (on a 2-core Xeon the loop's 2- to 8-row verifies cost 2–3× what
+the curve, timed on back-to-back forwards, gives them), so sizes are priced as verified.
 
 The choice for a round reads only earlier rounds and this round's draft, never the target's
 verdict on it, so every accept rule stays lossless (tests/test_adaptive.py checks the law at T=1).

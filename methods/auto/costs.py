@@ -6,6 +6,8 @@ from __future__ import annotations
 import bisect
 
 AUTO = "auto"  # the value of k that turns the policy on
+VERIFY_MEAN = 0.9  # weight of the past in the loop's verify means (about ten rounds)
+SCALE_MIN, SCALE_MAX = 0.5, 5.0  # the range one round's measured verify scale is clipped to
 
 
 class Costs:
@@ -25,6 +27,10 @@ class Costs:
         # more inside the decode loop than the warm probes time (measured ~2× on Zen 4: a
         # 4-row verify after drafting 1.2 ms over a plain step, the probe's curve 0.5 ms)
         self.extra = 1.0
+        # the loop's own verifies: a plain one's mean seconds, and the measured ÷ modelled
+        # cost of a wider one's extra rows (observe): the curve is timed on back-to-back
+        # forwards of each size, the loop's verifies follow drafting and a plain run
+        self.verify_scale, self.plain_verify = 1.0, None
         self._at: dict[int, float] = {}  # verify(q) by q: the sizing asks ~170 times a round
 
     def verify(self, q: int) -> float:
@@ -46,14 +52,36 @@ class Costs:
         x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
         return max(y0 + (y1 - y0) * (q - x0) / (x1 - x0), ys[0] * 0.5)
 
+    def observe(self, q: int, seconds: float | None) -> None:
+        """A verify the decode loop measured (q rows, its seconds; None: not measured): a
+        plain one joins the plain mean, a wider one refits verify_scale, what its rows cost
+        over that mean ÷ what the curve says they cost. Every drafted round's verify counts,
+        a probe's too (its drafter's catch-up is drafting, not verify)."""
+        if seconds is None or self.batch is not None:
+            return
+        if q <= 1:
+            self.plain_verify = _mean(self.plain_verify, seconds)
+            return
+        model = self.verify(q) - self.verify(1)
+        if self.plain_verify is None or model <= 0:
+            return
+        ratio = min(max((seconds - self.plain_verify) / model, SCALE_MIN), SCALE_MAX)
+        self.verify_scale = _mean(self.verify_scale, ratio)
+
     def drafting(self, tokens: int, steps: int) -> float:
-        """The model's cost of drafting: a round's T beyond a plain one's, before ρ."""
-        return self.verify(tokens + 1) - self.verify(1) + steps * self.step_s
+        """The model's cost of drafting: a round's T beyond a plain one's, before ρ (its
+        verify's extra rows as the loop measures them: verify_scale)."""
+        rows = self.verify(tokens + 1) - self.verify(1)
+        return self.verify_scale * rows + steps * self.step_s
 
     def round(self, tokens: int, steps: int) -> float:
         """T: a round verifying `tokens` drafted tokens made in `steps` drafter steps."""
         plain = self.verify(1) + self.round_s + self.overhead_s
         return plain + self.extra * self.drafting(tokens, steps)
+
+
+def _mean(old: float | None, new: float) -> float:
+    return new if old is None else VERIFY_MEAN * old + (1 - VERIFY_MEAN) * new
 
 
 class Policy:
@@ -75,4 +103,5 @@ class Policy:
             "round_ms": None if c is None else round(c.round_s * 1e3, 3),
             "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
             "extra": None if c is None else round(c.extra, 3),  # ρ when the summary was taken
+            "verify_scale": None if c is None else round(c.verify_scale, 3),
         }
