@@ -214,12 +214,14 @@ class EagleHead(nn.Module):
         self.native = eagle_native.build(self)
         return self.native is not None
 
-    def step(self, feat, ids, positions, visible, cache) -> torch.Tensor:
+    def step(self, feat, ids, positions, visible, cache, keep: int = 0) -> torch.Tensor:
         """One drafting step of n rows after `cache` (methods.eagle.HeadCache, extended in place):
         feat (n, H), ids (n,), positions (n,); visible (n, cached + n) bool, or None: causal.
+        keep: the caller reads only the last `keep` rows' outputs (0: all), which the native
+        step then computes alone (the cache still gains every row's keys and values).
         → outputs (n, H)."""
         if self.native is not None and feat.device.type == "cpu":
-            return self.native(self, feat, ids, positions, visible, cache)
+            return self.native(self, feat, ids, positions, visible, cache, keep)
         n = feat.shape[0]
         if visible is None:
             own = torch.ones(n, n, dtype=torch.bool, device=feat.device).tril()

@@ -99,10 +99,12 @@ class NativeStep:
     def ready(self) -> bool:
         return self.wqkv is not None and self.wgu is not None
 
-    def __call__(self, head, feat, ids, positions, visible, cache) -> torch.Tensor:
+    def __call__(self, head, feat, ids, positions, visible, cache, keep: int = 0) -> torch.Tensor:
         """feat (n, H) features, ids (n,) tokens, positions (n,); visible (n, cached + n) bool or
-        None (causal); cache: methods.eagle.HeadCache, its n new entries written in place.
-        → the head's outputs (n, H)."""
+        None (causal); cache: methods.eagle.HeadCache, its n new entries written in place;
+        keep: only the last `keep` rows' outputs are computed (0: all; the others' keys and
+        values are still cached). → the head's outputs (n, H), rows before the kept ones
+        meaningless."""
         mod, n = self.mod, feat.shape[0]
         emb = torch.nn.functional.embedding(ids, head.embed).float()
         if self.kind == "eagle":
@@ -139,6 +141,7 @@ class NativeStep:
             self.hd,
             self.eps,
             self.family,
+            keep,
         )
         cache.n += n
         return x

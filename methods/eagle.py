@@ -26,6 +26,7 @@ same round with an EAGLE-3 head.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -258,49 +259,54 @@ class Eagle(TreeMethod):
         state.aux["pending"] = [self._tapped(state.aux.pop("prefill_hidden"), slice(None))]
 
     # --- drafting ---
-    def _step(self, cache: HeadCache, feat, ids, positions, tree_allowed=None):
+    def _step(self, cache: HeadCache, feat, ids, positions, tree_allowed=None, keep: int = 0):
         """Run the head on n inputs after the cache; tree_allowed (n, t) marks which of the
-        cache's last t entries (the tree) each input sees; None: causal over the inputs."""
+        cache's last t entries (the tree) each input sees; None: causal over the inputs. keep:
+        only the last `keep` outputs are read (0: all)."""
         visible = None
         if tree_allowed is not None:  # the tree's cached entries it is allowed, then itself
             n, dev = feat.shape[0], feat.device
             own = torch.cat([tree_allowed, torch.eye(n, dtype=torch.bool, device=dev)], 1)
             visible = tree_mask(own, len(cache) + n - own.shape[1])[0]  # (n, cached + n)
-        return self.head.step(feat, ids, positions, visible, cache)
+        return self.head.step(feat, ids, positions, visible, cache, keep)
 
     def _catch_up(self, state):
         """The head over the positions it has not seen (the pending features of the tokens
-        accepted since its last step): its outputs, the last one the root of this round's tree."""
+        accepted since its last step): its output at the last one, the root of this round's
+        tree (1, H); the earlier ones only join its cache."""
         cache = state.aux["head_cache"]
         p0, n = len(cache), state.length
         feat = self._pending_features(state)
         pos = torch.arange(p0, n - 1, device=state.ids.device)
-        return self._step(cache, feat, state.ids[p0 + 1 : n], pos)
+        return self._step(cache, feat, state.ids[p0 + 1 : n], pos, keep=1)[-1:]
 
     def _expand(
         self,
         cache: HeadCache,
         base: int,
         position: int,
-        frontier,
-        f_par,
+        frontier: list[int],
+        f_par: list[int],
         f_tok,
         f_feat,
         chain: dict,
     ):
         """One depth of the tree: the head over the frontier's nodes (pool indices `frontier`,
-        parents `f_par`, draft tokens `f_tok`, features `f_feat`), each seeing the committed
-        cache and its own ancestors' rows; `chain` (pool node → its and its ancestors' cache
-        rows) gains the frontier. Returns the head's outputs, one row per frontier node."""
-        fr = frontier.tolist()
+        parents `f_par`, draft tokens `f_tok`: a tensor or a list, features `f_feat`), each
+        seeing the committed cache and its own ancestors' rows; `chain` (pool node → its and its
+        ancestors' cache rows) gains the frontier. Returns the head's outputs, one row per
+        frontier node."""
+        dev = f_feat.device
         t = len(cache) - base
-        tree_allowed = torch.zeros(len(fr), t, dtype=torch.bool, device=f_feat.device)
-        for i, p in enumerate(f_par):
-            if chain[p]:
-                tree_allowed[i, [r - base for r in chain[p]]] = True
-        pos = torch.full((len(fr),), position, dtype=torch.long, device=f_feat.device)
-        o = self._step(cache, f_feat, self.head.to_target(f_tok), pos, tree_allowed)
-        for i, (node, p) in enumerate(zip(fr, f_par)):
+        rows = [i for i, p in enumerate(f_par) for _ in chain[p]]
+        cols = [r - base for p in f_par for r in chain[p]]
+        tree_allowed = torch.zeros(len(frontier), t, dtype=torch.bool, device=dev)
+        if rows:
+            tree_allowed[rows, cols] = True
+        pos = torch.full((len(frontier),), position, dtype=torch.long, device=dev)
+        ids = f_tok if torch.is_tensor(f_tok) else torch.tensor(f_tok, device=dev)
+        o = self._step(cache, f_feat, self.head.to_target(ids), pos, tree_allowed)
+        for i, (node, p) in enumerate(zip(frontier, f_par)):
             chain[node] = chain[p] + [base + t + i]
         return o
 
@@ -335,7 +341,7 @@ class Eagle(TreeMethod):
         chain = {-1: []}  # expanded pool node → head-cache rows of it and its ancestors
         size = K
         for d in range(1, self.depth):
-            o = self._expand(cache, base, n - 2 + d, frontier, f_par, f_tok, f_feat, chain)
+            o = self._expand(cache, base, n - 2 + d, frontier.tolist(), f_par, f_tok, f_feat, chain)
             lp = torch.log_softmax(head.logits(o).float(), -1)  # (F, Vd)
             ch = lp.topk(K, dim=-1)
             cand = (f_score[:, None] + ch.values).flatten()  # (F·K,)
@@ -385,82 +391,63 @@ class Eagle(TreeMethod):
         frontier's calibrated reach bounds what its children add: their probabilities sum to
         at most 1), each time only the frontier nodes whose children could raise it, then
         verify the n best nodes, n maximising (1 + Σ ŝ)/T(n)
-        (methods.auto.TreeChooser). Every node's ŝ comes from the draft alone."""
-        head, cache, auto = self.head, state.aux["head_cache"], self.auto
-        dev = state.ids.device
+        (methods.auto.TreeChooser). Every node's ŝ comes from the draft alone. The pool's
+        bookkeeping (a few nodes a depth) is plain Python: tensors only for the head."""
+        cache, auto = state.aux["head_cache"], self.auto
         if auto.skip():  # a plain round; the head reads the pending features next time
             return self._plain(state)
         n = state.length
         out = self._catch_up(state)
         base = len(cache)
-        lp = torch.log_softmax(head.logits(out[-1:]).float(), -1)[0]
-        K = min(self.top_k, lp.numel())
-        top = lp.topk(K)
-        tok, score = [top.indices], [top.values]
-        par = [torch.full((K,), -1, dtype=torch.long, device=dev)]
-        est = [(top.values.exp() * auto.lam(1)).clamp(max=1.0)]  # ŝ: calibrated reach
-        frontier = torch.arange(K, device=dev)
-        f_tok, f_par, f_score, f_est = top.indices, [-1] * K, top.values, est[0]
-        f_feat = out[-1].expand(K, -1)
+        values, ids = self._top(out[-1:])
+        pool = _Pool(len(ids[0]))
+        frontier = pool.grow(-1, values[0], ids[0], auto.lam(1))
+        feats = out[-1:].expand(len(frontier), -1)
         chain = {-1: []}
-        size, steps = K, 1
+        steps = 1
         for d in range(1, self.depth):
-            pool = torch.cat(est).sort(descending=True).values[: auto.max_nodes].tolist()
-            bound = torch.minimum(f_score.exp() * auto.lam(d + 1), f_est).tolist()
-            width = auto.deeper(pool, bound, steps)
+            lam = auto.lam(d + 1)
+            bound = [min(math.exp(pool.score[i]) * lam, pool.est[i]) for i in frontier]
+            width = auto.deeper(pool.ranked(auto.max_nodes), bound, steps)
             if not width:
                 break
             if width < len(bound):  # expand only the frontier nodes whose children could pay
                 pick = sorted(sorted(range(len(bound)), key=lambda i: -bound[i])[:width])
-                sel = torch.tensor(pick, device=dev)
-                frontier, f_tok, f_feat = frontier[sel], f_tok[sel], f_feat[sel]
-                f_score, f_est, f_par = f_score[sel], f_est[sel], [f_par[i] for i in pick]
-            o = self._expand(cache, base, n - 2 + d, frontier, f_par, f_tok, f_feat, chain)
+                frontier, feats = [frontier[i] for i in pick], feats[pick]
+            parents = [pool.parent[i] for i in frontier]
+            tokens = [pool.token[i] for i in frontier]
+            o = self._expand(cache, base, n - 2 + d, frontier, parents, tokens, feats, chain)
             steps += 1
-            kids, cand, cand_est = self._children(o, f_score, f_est, K, d + 1)
-            tok.append(kids)
-            par.append(frontier.repeat_interleave(K))
-            score.append(cand)
-            est.append(cand_est)
-            best = cand.topk(min(K, cand.numel())).indices
-            f_tok, f_score, f_par = kids[best], cand[best], frontier[best // K].tolist()
-            f_est = cand_est[best]
-            frontier = size + best
-            f_feat = o[best // K]
-            size += cand.numel()
+            frontier, rows = pool.children(frontier, self._top(o), lam)
+            feats = o[rows]
         cache.truncate(base)
-        return self._best_nodes(tok, par, score, est, steps)
+        return self._best_nodes(pool, steps)
 
-    def _children(self, o, f_score, f_est, K: int, depth: int):
-        """The top-K children of each frontier node from the head's output `o` → (their
-        tokens, cumulative log-probabilities, ŝ: the calibrated reach at `depth`, never above
-        the parent's), flattened frontier-major."""
-        ch = torch.log_softmax(self.head.logits(o).float(), -1).topk(K, dim=-1)
-        cand = (f_score[:, None] + ch.values).flatten()
-        reach = (cand.exp() * self.auto.lam(depth)).clamp(max=1.0)
-        return ch.indices.flatten(), cand, torch.minimum(reach, f_est.repeat_interleave(K))
+    def _top(self, o) -> tuple[list, list]:
+        """The head's K best draft tokens after each row of `o`: (log-probabilities, ids), one
+        list of K per row."""
+        lp = torch.log_softmax(self.head.logits(o).float(), -1)
+        top = lp.topk(min(self.top_k, lp.shape[-1]), dim=-1)
+        return top.values.tolist(), top.indices.tolist()
 
-    def _best_nodes(self, tok, par, score, est, steps: int) -> TreeProposal:
-        """k=auto's proposal from the drafted levels (tokens, parents, log-probabilities and ŝ
-        per node, in creation order): the n nodes of best ŝ, n maximising the expected rate
-        (methods.auto.TreeChooser.size), as a tree."""
+    def _best_nodes(self, pool: "_Pool", steps: int) -> TreeProposal:
+        """k=auto's proposal from the drafted pool: the n nodes of best ŝ, n maximising the
+        expected rate (methods.auto.TreeChooser.size), as a tree."""
         auto = self.auto
-        all_tok, all_par = torch.cat(tok), torch.cat(par).tolist()
-        all_est, all_score = torch.cat(est), torch.cat(score)
         # best ŝ first, ties by creation order: a parent (never below its child) comes first
-        order = torch.sort(-all_est, stable=True).indices[: auto.max_nodes]
-        ranked = all_est[order].tolist()
-        keep_n = auto.size(ranked, steps)
+        order = sorted(range(len(pool.est)), key=lambda i: -pool.est[i])[: auto.max_nodes]
+        keep_n = auto.size([pool.est[i] for i in order], steps)
         auto.note(keep_n, steps)
-        keep = sorted(order[:keep_n].tolist())
+        keep = sorted(order[:keep_n])
         index = {j: i for i, j in enumerate(keep)}
-        parents = [index[all_par[j]] if all_par[j] >= 0 else -1 for j in keep]
+        parents = [index[pool.parent[j]] if pool.parent[j] >= 0 else -1 for j in keep]
+        ids = torch.tensor([pool.token[j] for j in keep], dtype=torch.long)
         return TreeProposal(
-            tokens=self.head.to_target(all_tok[keep]),
+            tokens=self.head.to_target(ids.to(self.head.embed.device)),
             layout=TreeLayout.from_parents(parents),
             steps=steps,
             chosen=keep_n,
-            reach=all_score[keep].exp().tolist(),
+            reach=[math.exp(pool.score[j]) for j in keep],
         )
 
     def _plain(self, state) -> TreeProposal:
@@ -481,3 +468,45 @@ class Eagle(TreeMethod):
             else [0] + [j + 1 for j in nodes]
         )
         self._pend(state, self._tapped(hidden, rows))
+
+
+class _Pool:
+    """k=auto's drafted nodes in creation order (parents before children): draft token, parent
+    (−1: the root), cumulative log-probability and ŝ, the calibrated reach (never above the
+    parent's)."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.token: list[int] = []
+        self.parent: list[int] = []
+        self.score: list[float] = []
+        self.est: list[float] = []
+
+    def grow(self, parent: int, values: list, ids: list, lam: float) -> list[int]:
+        """The K children of `parent` (its top tokens' log-probabilities and ids) → their
+        pool indices."""
+        first = len(self.token)
+        base = self.score[parent] if parent >= 0 else 0.0
+        cap = self.est[parent] if parent >= 0 else 1.0
+        for v, t in zip(values, ids):
+            s = base + v
+            self.token.append(t)
+            self.parent.append(parent)
+            self.score.append(s)
+            self.est.append(min(math.exp(s) * lam, cap))
+        return list(range(first, len(self.token)))
+
+    def children(self, frontier: list[int], top: tuple, lam: float) -> tuple[list, list]:
+        """The frontier's children (`top`: each frontier row's K best) joined; → the next
+        frontier (the K best new nodes by score, ties by creation order) and, for each, the
+        row of its parent in `frontier`."""
+        values, ids = top
+        new = []
+        for row, node in enumerate(frontier):
+            new += [(i, row) for i in self.grow(node, values[row], ids[row], lam)]
+        best = sorted(new, key=lambda x: -self.score[x[0]])[: self.k]
+        return [i for i, _ in best], [row for _, row in best]
+
+    def ranked(self, limit: int) -> list[float]:
+        """ŝ of the `limit` best nodes, best first."""
+        return sorted(self.est, reverse=True)[:limit]

@@ -268,6 +268,29 @@ def test_the_native_head_step_is_the_torch_step(target, kind):
 
 
 @pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_a_step_keeping_its_last_rows_gives_them_the_same_bits(target, kind):
+    """keep=1 (a catch-up reads only its last output): the native step still caches every row's
+    keys and values, and the rows it keeps are the full step's bit for bit, causal and under a
+    tree mask."""
+    if native.kernels()[0] is None:
+        pytest.skip(native.kernels()[1])
+    head = random_head(target, kind, 2)
+    weights.quantize(head)
+    assert head.use_native()
+    feat, ids = torch.randn(7, 32), torch.randint(0, 128, (7,))
+    got = []
+    for keep in (0, 1):
+        cache = HeadCache()
+        head.step(feat[:2], ids[:2], torch.arange(2), None, cache)
+        a = head.step(feat[2:5], ids[2:5], torch.arange(2, 5), None, cache, keep=keep)
+        two = tree_mask(torch.eye(2, dtype=torch.bool), len(cache))[0]  # two siblings at 5
+        b = head.step(feat[5:7], ids[5:7], torch.full((2,), 5), two, cache, keep=keep)
+        got.append([a[-1:], b[-1:], cache.k.clone(), cache.v.clone()])
+    for x, y in zip(*got):
+        assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
 def test_an_int8_head_on_its_native_step_reproduces_ar(target, tmp_path, kind):
     if native.kernels()[0] is None:
         pytest.skip(native.kernels()[1])

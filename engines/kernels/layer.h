@@ -56,6 +56,17 @@ inline void write_cache(const std::vector<torch::Tensor>& caches, const torch::T
   }
 }
 
+// The rest of the layer after attention's output o (rows of x): the output projection into the
+// residual stream x (updated in place), the post-attention norm and the MLP.
+inline void after_attention_(torch::Tensor x, const torch::Tensor& o, torch::Tensor norm_post,
+                             const std::vector<torch::Tensor>& wo,
+                             const std::vector<torch::Tensor>& wgu,
+                             const std::vector<torch::Tensor>& wd, double eps, Family family) {
+  auto h = add_rms_norm_(x, project(o, wo, family), norm_post, eps);
+  auto g = silu_mul(project(h, wgu, family));
+  add_(x, project(g, wd, family));
+}
+
 // The layer after its input norm: x (N, H) the residual stream of every sequence's rows,
 // updated in place; a (N, A) what q, k and v read (the normed stream, or a drafter's own input:
 // an EAGLE head's fused features, A = H or 2H); kcs[b], vcs[b] (kv, cap_b, hd) sequence b's
@@ -78,23 +89,37 @@ inline void attend_mlp_seqs_(torch::Tensor x, const torch::Tensor& a, torch::Ten
   write_cache(kcs, qkv.slice(1, nh * hd, (nh + nkv) * hd), rows, starts, nkv, hd);
   write_cache(vcs, qkv.slice(1, (nh + nkv) * hd), rows, starts, nkv, hd);
   auto o = attention_seqs(qkv, kcs, vcs, rows, starts, masks, nh, nkv, hd);
-  auto h = add_rms_norm_(x, project(o, wo, family), norm_post, eps);
-  auto g = silu_mul(project(h, wgu, family));
-  add_(x, project(g, wd, family));
+  after_attention_(x, o, norm_post, wo, wgu, wd, eps, family);
 }
 
 // One sequence: kc, vc (1, kv, cap, hd), positions [start, start + n) written; mask
-// (1, 1, n, start + n) or none (causal).
+// (1, 1, n, start + n) or none (causal). keep: only the last `keep` rows go on past the cache
+// write (attention, the output projection, the MLP; 0: every row), the earlier rows of x left as
+// they came: a drafter catching up on several positions needs their keys and values, and the
+// last row's output only. A kept row's numbers are the same as with every row (contract.h).
 inline void attend_mlp_(torch::Tensor x, const torch::Tensor& a, torch::Tensor norm_post,
                         const std::vector<torch::Tensor>& wqkv, const std::vector<torch::Tensor>& wo,
                         const std::vector<torch::Tensor>& wgu, const std::vector<torch::Tensor>& wd,
                         torch::Tensor kc, torch::Tensor vc, int64_t start, torch::Tensor cos,
                         torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t nh,
-                        int64_t nkv, int64_t hd, double eps, Family family) {
-  attend_mlp_seqs_(x, a, norm_post, wqkv, wo, wgu, wd, {kc.select(0, 0)}, {vc.select(0, 0)},
-                   {0, x.size(0)}, {start},
-                   {mask.has_value() ? *mask : torch::Tensor()}, cos, sin, nh, nkv, hd, eps,
-                   family);
+                        int64_t nkv, int64_t hd, double eps, Family family, int64_t keep) {
+  const int64_t n = x.size(0);
+  auto m = mask.has_value() ? *mask : torch::Tensor();
+  if (keep <= 0 || keep >= n) {
+    attend_mlp_seqs_(x, a, norm_post, wqkv, wo, wgu, wd, {kc.select(0, 0)}, {vc.select(0, 0)},
+                     {0, n}, {start}, {m}, cos, sin, nh, nkv, hd, eps, family);
+    return;
+  }
+  const std::vector<torch::Tensor> kcs{kc.select(0, 0)}, vcs{vc.select(0, 0)};
+  auto qkv = project(a, wqkv, family);
+  rope_(qkv, nh + nkv, hd, cos, sin);
+  write_cache(kcs, qkv.slice(1, nh * hd, (nh + nkv) * hd), {0, n}, {start}, nkv, hd);
+  write_cache(vcs, qkv.slice(1, (nh + nkv) * hd), {0, n}, {start}, nkv, hd);
+  const int64_t first = n - keep;
+  if (m.defined() && m.numel()) m = m.reshape({n, start + n}).slice(0, first);
+  auto o = attention_seqs(qkv.slice(0, first), kcs, vcs, {0, keep}, {start + first}, {m}, nh,
+                          nkv, hd);
+  after_attention_(x.slice(0, first), o, norm_post, wo, wgu, wd, eps, family);
 }
 
 // One decoder layer: its input norm, then attend_mlp_ on the normed stream.
@@ -105,7 +130,7 @@ inline void layer_(torch::Tensor x, torch::Tensor norm_in, torch::Tensor norm_po
                    torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t nh, int64_t nkv,
                    int64_t hd, double eps, Family family) {
   attend_mlp_(x, rms_norm(x, norm_in, eps), norm_post, wqkv, wo, wgu, wd, kc, vc, start, cos, sin,
-              mask, nh, nkv, hd, eps, family);
+              mask, nh, nkv, hd, eps, family, 0);
 }
 
 }  // namespace specsweep
