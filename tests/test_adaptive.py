@@ -241,6 +241,16 @@ def test_confidence_stops_a_draft_that_cannot_pay():
     assert ch.keep_going(1.0, 1.0, 0, conf=0.02)
 
 
+def test_the_step_that_read_the_confidence_is_already_paid():
+    """keep_going weighs a token against its verify row only: the draft step that gave its
+    confidence is spent whatever is decided (as the tree drafters' sizing counts its steps)."""
+    ch = chooser(CPU, 0.3, steps=1, step_s=0.004)
+    # accepted 30% of the time, a token pays for its row (c(2) - c(1) = 0.16 of c(1))
+    assert ch.keep_going(1.0, 1.0, 0, conf=0.5)
+    c = ch.costs  # ... but not for a step on top: counted as still to pay, it would stop here
+    assert 1.3 / c.round(1, 1) < 1.0 / c.round(0, 0)
+
+
 def test_tree_size_reads_the_scores_and_calibration():
     t = auto.TreeChooser(63, 10)
     t.calibrate(CPU)

@@ -67,13 +67,14 @@ class Chooser(Policy):
     def keep_going(self, e: float, reach: float, drafted: int, conf: float) -> bool:
         """Early stop: does drafting token `drafted + 1`, whose drafter top probability is
         `conf` (read before the token is drawn), raise E/T? e: the expected tokens of the
-        `drafted` so far, reach: their joint acceptance estimate. A probing round drafts its
-        first token whatever the confidence."""
+        `drafted` so far, reach: their joint acceptance estimate. The drafter step that read
+        `conf` is paid either way: what the token still costs is its verify row. A probing
+        round drafts its first token whatever the confidence."""
         if self.probing and drafted == 0:
             return True
-        c, s = self.costs, self.steps_per_token
-        now = e / c.round(drafted, drafted * s)
-        nxt = (e + reach * self.rate(conf, drafted)) / c.round(drafted + 1, (drafted + 1) * s)
+        c, paid = self.costs, (drafted + 1) * self.steps_per_token
+        now = e / c.round(drafted, paid)
+        nxt = (e + reach * self.rate(conf, drafted)) / c.round(drafted + 1, paid)
         return nxt > now
 
     def rate(self, conf: float, drafted: int) -> float:
