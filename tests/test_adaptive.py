@@ -53,6 +53,10 @@ def test_the_loops_verifies_rescale_what_extra_rows_cost():
     assert c.verify_scale == pytest.approx(2.0, rel=0.01)
     assert c.round(3, 2) == pytest.approx(before + rows, rel=0.01)
     assert c.round(0, 0) == pytest.approx(0.010)  # a plain round's price is the curve's
+    for _ in range(60):  # noise as large as the rows' cost averages out, not clipped away
+        c.observe(4, 0.010 - 1 * rows)
+        c.observe(4, 0.010 + 5 * rows)
+    assert c.verify_scale == pytest.approx(2.0, rel=0.1)  # the last round weighs most
     for _ in range(60):
         c.observe(2, 0.009)  # below the plain level: clipped, never a negative price
     assert c.verify_scale == pytest.approx(auto.costs.SCALE_MIN, rel=0.01)

@@ -7,7 +7,7 @@ import bisect
 
 AUTO = "auto"  # the value of k that turns the policy on
 VERIFY_MEAN = 0.9  # weight of the past in the loop's verify means (about ten rounds)
-SCALE_MIN, SCALE_MAX = 0.5, 5.0  # the range one round's measured verify scale is clipped to
+SCALE_MIN, SCALE_MAX = 0.5, 5.0  # the range the loop's measured verify scale is kept in
 
 
 class Costs:
@@ -31,6 +31,7 @@ class Costs:
         # cost of a wider one's extra rows (observe): the curve is timed on back-to-back
         # forwards of each size, the loop's verifies follow drafting and a plain run
         self.verify_scale, self.plain_verify = 1.0, None
+        self._excess = self._modelled = 0.0  # faded sums over wider verifies (observe)
         self._at: dict[int, float] = {}  # verify(q) by q: the sizing asks ~170 times a round
 
     def verify(self, q: int) -> float:
@@ -54,9 +55,11 @@ class Costs:
 
     def observe(self, q: int, seconds: float | None) -> None:
         """A verify the decode loop measured (q rows, its seconds; None: not measured): a
-        plain one joins the plain mean, a wider one refits verify_scale, what its rows cost
-        over that mean ÷ what the curve says they cost. Every drafted round's verify counts,
-        a probe's too (its drafter's catch-up is drafting, not verify)."""
+        plain one joins the plain mean; a wider one refits verify_scale, what the recent
+        wider verifies' rows cost over that mean ÷ what the curve says they cost (a ratio of
+        faded sums, so one noisy round moves it by its share, clipped to SCALE_MIN–SCALE_MAX).
+        Every drafted round's verify counts, a probe's too (its drafter's catch-up is drafting,
+        not verify)."""
         if seconds is None or self.batch is not None:
             return
         if q <= 1:
@@ -65,8 +68,9 @@ class Costs:
         model = self.verify(q) - self.verify(1)
         if self.plain_verify is None or model <= 0:
             return
-        ratio = min(max((seconds - self.plain_verify) / model, SCALE_MIN), SCALE_MAX)
-        self.verify_scale = _mean(self.verify_scale, ratio)
+        self._excess = VERIFY_MEAN * self._excess + (seconds - self.plain_verify)
+        self._modelled = VERIFY_MEAN * self._modelled + model
+        self.verify_scale = min(max(self._excess / self._modelled, SCALE_MIN), SCALE_MAX)
 
     def drafting(self, tokens: int, steps: int) -> float:
         """The model's cost of drafting: a round's T beyond a plain one's, before ρ (its
