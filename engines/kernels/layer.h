@@ -56,6 +56,22 @@ inline void write_cache(const std::vector<torch::Tensor>& caches, const torch::T
   }
 }
 
+// q, k and v of every row (N, (nh + 2 nkv) hd), rotary applied, each sequence's keys and values
+// written into its own cache slots.
+inline torch::Tensor qkv_into_cache(const torch::Tensor& a, const std::vector<torch::Tensor>& wqkv,
+                                    const std::vector<torch::Tensor>& kcs,
+                                    const std::vector<torch::Tensor>& vcs,
+                                    const std::vector<int64_t>& rows,
+                                    const std::vector<int64_t>& starts, torch::Tensor cos,
+                                    torch::Tensor sin, int64_t nh, int64_t nkv, int64_t hd,
+                                    Family family) {
+  auto qkv = project(a, wqkv, family);
+  rope_(qkv, nh + nkv, hd, cos, sin);
+  write_cache(kcs, qkv.slice(1, nh * hd, (nh + nkv) * hd), rows, starts, nkv, hd);
+  write_cache(vcs, qkv.slice(1, (nh + nkv) * hd), rows, starts, nkv, hd);
+  return qkv;
+}
+
 // The rest of the layer after attention's output o (rows of x): the output projection into the
 // residual stream x (updated in place), the post-attention norm and the MLP.
 inline void after_attention_(torch::Tensor x, const torch::Tensor& o, torch::Tensor norm_post,
@@ -84,10 +100,7 @@ inline void attend_mlp_seqs_(torch::Tensor x, const torch::Tensor& a, torch::Ten
                              const std::vector<torch::Tensor>& masks, torch::Tensor cos,
                              torch::Tensor sin, int64_t nh, int64_t nkv, int64_t hd, double eps,
                              Family family) {
-  auto qkv = project(a, wqkv, family);  // (N, (nh + 2 nkv) hd)
-  rope_(qkv, nh + nkv, hd, cos, sin);
-  write_cache(kcs, qkv.slice(1, nh * hd, (nh + nkv) * hd), rows, starts, nkv, hd);
-  write_cache(vcs, qkv.slice(1, (nh + nkv) * hd), rows, starts, nkv, hd);
+  auto qkv = qkv_into_cache(a, wqkv, kcs, vcs, rows, starts, cos, sin, nh, nkv, hd, family);
   auto o = attention_seqs(qkv, kcs, vcs, rows, starts, masks, nh, nkv, hd);
   after_attention_(x, o, norm_post, wo, wgu, wd, eps, family);
 }
@@ -103,22 +116,13 @@ inline void attend_mlp_(torch::Tensor x, const torch::Tensor& a, torch::Tensor n
                         torch::Tensor kc, torch::Tensor vc, int64_t start, torch::Tensor cos,
                         torch::Tensor sin, c10::optional<torch::Tensor> mask, int64_t nh,
                         int64_t nkv, int64_t hd, double eps, Family family, int64_t keep) {
-  const int64_t n = x.size(0);
-  auto m = mask.has_value() ? *mask : torch::Tensor();
-  if (keep <= 0 || keep >= n) {
-    attend_mlp_seqs_(x, a, norm_post, wqkv, wo, wgu, wd, {kc.select(0, 0)}, {vc.select(0, 0)},
-                     {0, n}, {start}, {m}, cos, sin, nh, nkv, hd, eps, family);
-    return;
-  }
+  const int64_t n = x.size(0), first = keep <= 0 || keep >= n ? 0 : n - keep;
   const std::vector<torch::Tensor> kcs{kc.select(0, 0)}, vcs{vc.select(0, 0)};
-  auto qkv = project(a, wqkv, family);
-  rope_(qkv, nh + nkv, hd, cos, sin);
-  write_cache(kcs, qkv.slice(1, nh * hd, (nh + nkv) * hd), {0, n}, {start}, nkv, hd);
-  write_cache(vcs, qkv.slice(1, (nh + nkv) * hd), {0, n}, {start}, nkv, hd);
-  const int64_t first = n - keep;
-  if (m.defined() && m.numel()) m = m.reshape({n, start + n}).slice(0, first);
-  auto o = attention_seqs(qkv.slice(0, first), kcs, vcs, {0, keep}, {start + first}, {m}, nh,
-                          nkv, hd);
+  auto qkv = qkv_into_cache(a, wqkv, kcs, vcs, {0, n}, {start}, cos, sin, nh, nkv, hd, family);
+  auto m = mask.has_value() ? *mask : torch::Tensor();
+  if (first && m.defined() && m.numel()) m = m.reshape({n, start + n}).slice(0, first);
+  auto o = attention_seqs(qkv.slice(0, first), kcs, vcs, {0, n - first}, {start + first}, {m},
+                          nh, nkv, hd);
   after_attention_(x.slice(0, first), o, norm_post, wo, wgu, wd, eps, family);
 }
 
