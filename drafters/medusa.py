@@ -57,16 +57,18 @@ class MedusaHeads(nn.Module):
             else nn.ParameterList(nn.Parameter(w, requires_grad=False) for w in lm_heads)
         )
 
-    def features(self, h: torch.Tensor) -> torch.Tensor:
-        """h (..., H) → (num_heads, ..., H) inputs of each head's projection."""
-        return torch.stack([blk(h) for blk in self.blocks])
+    def features(self, h: torch.Tensor, n: int | None = None) -> torch.Tensor:
+        """h (..., H) → (n, ..., H) inputs of the first n heads' projections (None: every
+        head); each head reads h alone, so fewer heads leave the others' outputs as they are."""
+        return torch.stack([blk(h) for blk in self.blocks[: n or self.num_heads]])
 
-    def logits(self, h: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:
-        """h (..., H) → (num_heads, ..., V); lm_head (V, H) is the target's, used when shared."""
-        f = self.features(h)
+    def logits(self, h: torch.Tensor, lm_head: torch.Tensor, n: int | None = None) -> torch.Tensor:
+        """h (..., H) → (n, ..., V), the first n heads (None: every head); lm_head (V, H) is
+        the target's, used when shared."""
+        f = self.features(h, n)
         if self.own is None:
             return f @ lm_head.T
-        return torch.stack([f[i] @ self.own[i].T for i in range(self.num_heads)])
+        return torch.stack([f[i] @ self.own[i].T for i in range(len(f))])
 
     def extra_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in [*self.parameters(), *self.buffers()])

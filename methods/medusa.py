@@ -75,6 +75,13 @@ class Medusa(TreeMethod):
         self.layout, order = TreeLayout.from_paths(paths)
         self.node_head = torch.tensor([len(p) - 1 for p in order], device=ctx.device)
         self.node_rank = torch.tensor([p[-1] for p in order], device=ctx.device)
+        self.head_of = [len(p) - 1 for p in order]  # the node's head, as a list for the sizing
+        self._plain = TreeProposal(
+            tokens=torch.empty(0, dtype=torch.long, device=ctx.device),
+            layout=TreeLayout.from_parents([]),
+            chosen=0,
+            nodes=[],
+        )
         self.topk = int(self.node_rank.max()) + 1
         self.depth = self.layout.max_depth
         if pruned:
@@ -170,25 +177,30 @@ class Medusa(TreeMethod):
 
     def draft(self, state) -> TreeProposal:
         if self.auto is not None and self.auto.skip():  # a plain round: the heads cost a step
-            return TreeProposal(
-                tokens=state.ids.new_empty(0),
-                layout=TreeLayout.from_parents([]),
-                chosen=0,
-                nodes=[],
-            )
+            return self._plain
+        keep = None if self.auto is None else self.auto.choose(steps=1)
+        # only the heads the verified nodes come from: a node at depth d is head d - 1's
+        n = self.depth if keep is None else max((self.head_of[j] + 1 for j in keep), default=0)
+        if n == 0:  # k=auto verifies none of the template: the heads are not run
+            return self._plain
         # head d's logits at h predict the token d + 1 places below the root
+        h = state.aux["hidden"]
         if self.heads.own is None:
-            logits = self.vocab.logits(self.heads.features(state.aux["hidden"]))  # (heads, V')
+            logits = self.vocab.logits(self.heads.features(h, n))  # (n, V')
         else:
-            logits = self.heads.logits(state.aux["hidden"], self.lm_head)  # (heads, V)
-        cand = self.vocab.to_target(logits.topk(self.topk, dim=-1).indices)  # (heads, topk)
-        tokens = cand[self.node_head, self.node_rank]
-        if self.auto is None:
+            logits = self.heads.logits(h, self.lm_head, n)  # (n, V)
+        cand = self.vocab.to_target(logits.topk(self.topk, dim=-1).indices)  # (n, topk)
+        if keep is None:
+            tokens = cand[self.node_head, self.node_rank]
             return TreeProposal(tokens=tokens, layout=self.layout, steps=1)
-        keep = self.auto.choose(steps=1)
+        idx = torch.tensor(keep, device=cand.device)
         layout = TreeLayout.from_parents(auto.subtree(self.layout.parents, keep))
         return TreeProposal(
-            tokens=tokens[keep], layout=layout, steps=1, chosen=len(keep), nodes=keep
+            tokens=cand[self.node_head[idx], self.node_rank[idx]],
+            layout=layout,
+            steps=1,
+            chosen=len(keep),
+            nodes=keep,
         )
 
     def accept_path(self, state, tree, logits):

@@ -411,6 +411,8 @@ def test_a_run_records_and_summarises_the_chosen_k(tiny_target_dir, tmp_path):
     auto = env["method_info"]["auto"]
     assert auto["round_ms"] > 0  # the lookup's cost, measured on the warm-up turn
     assert len(auto["alpha"]) == 16
+    end = env["method_info"]["auto_end"]  # the policy as the measured turns left it
+    assert set(end) == set(auto) and end["round_ms"] == auto["round_ms"]
 
 
 def test_fixed_k_still_drafts_up_to_k(tiny_target_dir, tmp_path):

@@ -234,3 +234,31 @@ def test_typical_acceptance_follows_medusas_rule(target, tmp_path):
     assert md._typical(logits, tree, state) == ([1, 3], 11)
     only_rare = Tree(parents=[-1], tokens=torch.tensor([9]))  # below the threshold: rejected
     assert md._typical(logits, only_rare, state)[0] == []
+
+
+def test_medusa_runs_only_the_heads_its_nodes_come_from(target, tmp_path):
+    """A node at depth d is head d - 1's: a tree one deep over four heads runs head 0 alone, and
+    k=auto choosing no node runs none (a plain round). Each head reads h alone, so its logits
+    are the ones every head run together gives."""
+    lm = target.output_weight()
+    d = tmp_path / "heads"
+    heads_io.save(random_heads(lm.shape[1], 4, 3), d, "tiny")
+    knobs = {"_target_": "methods.medusa.Medusa", "name": "medusa", "heads": str(d)}
+    md = build_method(OmegaConf.create({**knobs, "k": 1, "tree": "chain"}), make_ctx(target))
+    calls = []
+    for i, blk in enumerate(md.heads.blocks):
+        blk.register_forward_hook(lambda mod, inp, out, i=i: calls.append(i))
+    res = run(md, prompts(1, seed=3)[0], n=12)
+    assert calls and set(calls) == {0} and len(calls) == len(res.accept_lengths) - 1
+    h = torch.randn(lm.shape[1])
+    every, first = md.heads.logits(h, lm), md.heads.logits(h, lm, 1)
+    assert first.shape[0] == 1 and torch.allclose(first[0], every[0], atol=1e-5)
+
+    m = build_method(OmegaConf.create({**knobs, "k": "auto", "tree": "medium"}), make_ctx(target))
+    m.calibrate({1: 0.004, 2: 0.005, 4: 0.006, 8: 0.008}, (0.0005, 0.0))
+    m.auto.choose = lambda steps, allowed=None: []  # k=auto verifies none of the template
+    calls.clear()
+    for i, blk in enumerate(m.heads.blocks):
+        blk.register_forward_hook(lambda mod, inp, out, i=i: calls.append(i))
+    res = run(m, prompts(1, seed=3)[0], n=12)
+    assert not calls and res.drafted_tokens == 0

@@ -206,18 +206,16 @@ class Runner:
         cfg = self.cfg
         writer = rec.RecordWriter(self.out)
         self.prepare()
-        writer.write_env(
-            rec.env_info(
-                self.device,
-                str(cfg.model.target),
-                self.choice,
-                self.target,
-                self.method,
-                self.cost_curve,
-                self.curve_context,
-            ),
-            cfg,
+        env = rec.env_info(
+            self.device,
+            str(cfg.model.target),
+            self.choice,
+            self.target,
+            self.method,
+            self.cost_curve,
+            self.curve_context,
         )
+        writer.write_env(env, cfg)
         if cfg.check == "distribution":  # T > 0: does the method sample the baseline's law?
             self.dist_pvalue = distcheck.for_run(
                 cfg,
@@ -251,6 +249,9 @@ class Runner:
                     progress.advance(task_id)
         finally:
             writer.close()
+            if self.method.auto is not None:  # k=auto as the measured turns left it (refits)
+                env["method_info"]["auto_end"] = self.method.auto.summary()
+                writer.write_env(env, cfg)
         return writer.path
 
     def run_batched(self, writer, progress=None, task_id=None) -> None:

@@ -218,7 +218,8 @@ class NodeRates(Policy):
         order = sorted(ids, key=lambda i: (-est[i], self.depth[i], i))[: self.max_nodes]
         ranked = [est[i] for i in order]
         n = best_prefix(ranked, self.costs, steps)
-        self.gains.note(n, steps, self.costs)
+        if n:  # none chosen: the drafter is not run (Medusa's heads), a plain round
+            self.gains.note(n, steps, self.costs)
         return sorted(order[:n])
 
     def learn(self, proposal, acc, seconds: float | None = None) -> None:
