@@ -76,12 +76,7 @@ class Medusa(TreeMethod):
         self.node_head = torch.tensor([len(p) - 1 for p in order], device=ctx.device)
         self.node_rank = torch.tensor([p[-1] for p in order], device=ctx.device)
         self.head_of = [len(p) - 1 for p in order]  # the node's head, as a list for the sizing
-        self._plain = TreeProposal(
-            tokens=torch.empty(0, dtype=torch.long, device=ctx.device),
-            layout=TreeLayout.from_parents([]),
-            chosen=0,
-            nodes=[],
-        )
+        self._plain = _plain(ctx.device)
         self.topk = int(self.node_rank.max()) + 1
         self.depth = self.layout.max_depth
         if pruned:
@@ -229,3 +224,13 @@ class Medusa(TreeMethod):
             node = max(ok, key=lambda c: float(p[row, tokens[c]]))
             path.append(node)
             row = node + 1
+
+
+def _plain(device) -> TreeProposal:
+    """A plain round's proposal (no node, no head run), one object reused every such round."""
+    return TreeProposal(
+        tokens=torch.empty(0, dtype=torch.long, device=device),
+        layout=TreeLayout.from_parents([]),
+        chosen=0,
+        nodes=[],
+    )

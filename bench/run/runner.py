@@ -249,10 +249,14 @@ class Runner:
                     progress.advance(task_id)
         finally:
             writer.close()
-            if self.method.auto is not None:  # k=auto as the measured turns left it (refits)
-                env["method_info"]["auto_end"] = self.method.auto.summary()
-                writer.write_env(env, cfg)
+            self.record_auto_end(writer, env)
         return writer.path
+
+    def record_auto_end(self, writer, env: dict) -> None:
+        """env.json again, with k=auto's policy as the measured turns left it (its refits)."""
+        if self.method.auto is not None:
+            env["method_info"]["auto_end"] = self.method.auto.summary()
+            writer.write_env(env, self.cfg)
 
     def run_batched(self, writer, progress=None, task_id=None) -> None:
         """batch=B: every prompt not yet measured, decoded B at a time, each side's batch runs
