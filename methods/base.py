@@ -247,6 +247,21 @@ class TreeMethod(Method):
     with the tree mask, the tree rule, and the cache kept to the accepted path."""
 
     hidden_layers: tuple = ()  # target hidden states the drafter reads from each verify
+    _plain: TreeProposal | None = None  # plain_proposal's, built on first use
+
+    def plain_proposal(self, state: DecodeState) -> TreeProposal:
+        """A plain round's empty proposal (no node, no drafter step), built once per device and
+        handed back every such round: a round k=auto leaves plain, most rounds where drafting
+        does not pay, spends as little on drafting as it can."""
+        if self._plain is None or self._plain.tokens.device != state.ids.device:
+            self._plain = TreeProposal(
+                tokens=state.ids.new_empty(0),
+                layout=TreeLayout.from_parents([]),
+                chosen=0,
+                reach=[],
+                nodes=[],
+            )
+        return self._plain
 
     def draft_vocab(self):
         """method.draft_vocab, checked: how many of the most frequent tokens the drafter scores

@@ -395,7 +395,7 @@ class Eagle(TreeMethod):
         bookkeeping (a few nodes a depth) is plain Python: tensors only for the head."""
         cache, auto = state.aux["head_cache"], self.auto
         if auto.skip():  # a plain round; the head reads the pending features next time
-            return self._plain(state)
+            return self.plain_proposal(state)
         n = state.length
         out = self._catch_up(state)
         base = len(cache)
@@ -449,15 +449,6 @@ class Eagle(TreeMethod):
             chosen=keep_n,
             reach=[math.exp(pool.score[j]) for j in keep],
         )
-
-    def _plain(self, state) -> TreeProposal:
-        """A plain round's empty proposal, built once per device (a round k=auto leaves plain
-        pays as little drafting as it can: it is most rounds where drafting does not pay)."""
-        dev = state.ids.device
-        if getattr(self, "_empty", (None,))[0] != dev:
-            empty = state.ids.new_empty(0)
-            self._empty = (dev, empty, TreeLayout.from_parents([]))
-        return TreeProposal(tokens=self._empty[1], layout=self._empty[2], chosen=0, reach=[])
 
     def after_accept(self, state, proposal, nodes, logits, hidden) -> None:
         # features of the verify rows of the root and the accepted path (row i + 1 = node i),

@@ -73,10 +73,9 @@ class Medusa(TreeMethod):
             )
         paths = self._tree_paths(kn.tree, hcfg.get("rank_accuracy"), int(size), k or n, n)
         self.layout, order = TreeLayout.from_paths(paths)
-        self.node_head = torch.tensor([len(p) - 1 for p in order], device=ctx.device)
+        self.head_of = [len(p) - 1 for p in order]  # each node's head (a list for the sizing)
+        self.node_head = torch.tensor(self.head_of, device=ctx.device)
         self.node_rank = torch.tensor([p[-1] for p in order], device=ctx.device)
-        self.head_of = [len(p) - 1 for p in order]  # the node's head, as a list for the sizing
-        self._plain = _plain(ctx.device)
         self.topk = int(self.node_rank.max()) + 1
         self.depth = self.layout.max_depth
         if pruned:
@@ -172,12 +171,12 @@ class Medusa(TreeMethod):
 
     def draft(self, state) -> TreeProposal:
         if self.auto is not None and self.auto.skip():  # a plain round: the heads cost a step
-            return self._plain
+            return self.plain_proposal(state)
         keep = None if self.auto is None else self.auto.choose(steps=1)
         # only the heads the verified nodes come from: a node at depth d is head d - 1's
         n = self.depth if keep is None else max((self.head_of[j] + 1 for j in keep), default=0)
         if n == 0:  # k=auto verifies none of the template: the heads are not run
-            return self._plain
+            return self.plain_proposal(state)
         # head d's logits at h predict the token d + 1 places below the root
         h = state.aux["hidden"]
         if self.heads.own is None:
@@ -224,13 +223,3 @@ class Medusa(TreeMethod):
             node = max(ok, key=lambda c: float(p[row, tokens[c]]))
             path.append(node)
             row = node + 1
-
-
-def _plain(device) -> TreeProposal:
-    """A plain round's proposal (no node, no head run), one object reused every such round."""
-    return TreeProposal(
-        tokens=torch.empty(0, dtype=torch.long, device=device),
-        layout=TreeLayout.from_parents([]),
-        chosen=0,
-        nodes=[],
-    )
