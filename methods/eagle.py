@@ -121,7 +121,10 @@ class Eagle(TreeMethod):
         k = ctx.k(cfg)
         if k == auto.AUTO:  # depth and node budget chosen per round (methods.auto)
             self.depth = self.max_k()
-            self.use_auto(budget.MAX_NODES, self.depth)
+            # our trained heads' held-out acceptance caps the depth (TreeChooser); a head
+            # without it (a published one) keeps max_k
+            prior = auto.trained_prior(self.head_dir)
+            self.use_auto(budget.MAX_NODES, self.depth, prior if isinstance(prior, list) else None)
         else:
             self.depth = 6 if k is None else int(k)
         self.top_k = kn.top_k
@@ -187,7 +190,7 @@ class Eagle(TreeMethod):
                 f"or model.{self.kind} (train one with `python -m train "
                 f"drafter={self.kind}`)"
             )
-        path = local_dir(str(src), "method.heads")
+        path = self.head_dir = local_dir(str(src), "method.heads")
         try:
             head, head_cfg = eagle_io.load(path, ctx.target, ctx.dtype)
         except (FileNotFoundError, ValueError) as e:
@@ -405,7 +408,7 @@ class Eagle(TreeMethod):
         feats = out[-1:].expand(len(frontier), -1)
         chain = {-1: []}
         steps = 1
-        for d in range(1, self.depth):
+        for d in range(1, auto.depth):
             lam = auto.lam(d + 1)
             bound = [min(math.exp(pool.score[i]) * lam, pool.est[i]) for i in frontier]
             width = auto.deeper(pool.ranked(auto.max_nodes), bound, steps)

@@ -125,11 +125,51 @@ def test_a_learned_tree_drafter_skips_rounds_that_do_not_pay():
     round_(1, 1, 0)  # the probe did not pay: the next one waits twice as long
     plain = [g.skip() for _ in range(2 * auto.PROBE_EVERY + 1)]
     assert plain == [True] * (2 * auto.PROBE_EVERY) + [False]
-    round_(3, 1, 3)  # this probe pays: its gain replaces the stale mean
+    before = g.gain
+    round_(3, 1, 3)  # this probe pays: its gain moves the stale mean PROBE_PULL of the way
+    paid = 4 / costs.round(3, 1) * costs.round(0, 0)
+    assert g.gain == pytest.approx(before + auto.tree.PROBE_PULL * (paid - before))
     assert g.gain > 1
     assert not g.skip()
     g.realized(3)  # a plain round (nothing noted) leaves the mean alone
-    assert g.gain == pytest.approx(4 / costs.round(3, 1) * costs.round(0, 0))
+    assert g.gain == pytest.approx(before + auto.tree.PROBE_PULL * (paid - before))
+
+
+def test_one_rejected_round_does_not_switch_a_paying_drafter_off():
+    """The running gain is a mean over about twenty drafted rounds: a drafter whose rounds pay
+    on average (every third accepted, each a 1-node round that costs 1.25 plain ones) keeps
+    drafting through runs of three rejections, which a mean over five rounds did not."""
+    g = auto.Gain()
+    costs = auto.Costs({1: 1.0, 2: 1.25})
+    for i in range(60):
+        assert not g.skip(), f"round {i} was plain at gain {g.gain:.3f}"
+        g.note(1, 0, costs)
+        g.realized(1 if i % 3 == 2 else 0)
+    assert 1.0 < g.gain < 1.2
+
+
+def test_a_trained_drafters_depth_is_the_chain_the_rule_picks_on_the_runs_costs():
+    """rule_depth: with its held-out acceptance by depth, a drafter whose verify rows and steps
+    are cheap (a GPU's flat curve) may draft deep; where each extra row and step costs a tenth
+    of a step or more and the head accepts a third of its first tokens, one depth."""
+    prior = [0.35, 0.27, 0.25, 0.24]
+    flat = auto.Costs({1: 1.0, 2: 1.01, 4: 1.03, 8: 1.06, 16: 1.12}, step_s=0.03)
+    steep = auto.Costs({1: 1.0, 2: 1.08, 4: 1.18, 8: 1.45}, step_s=0.14)
+    assert auto.rule_depth(prior, steep, 10) == 1
+    deep = auto.rule_depth(prior, flat, 10)
+    assert deep > 1
+    # a better head goes deeper on the same costs, never past max_depth
+    assert auto.rule_depth([0.8] * 4, flat, 10) > deep
+    assert auto.rule_depth([0.99], flat, 3) == 3
+    # never below one depth: the round-by-round choice still decides whether to draft
+    assert auto.rule_depth([0.01], steep, 10) == 1
+    # the TreeChooser caps its depth with it when calibrated, and only with a prior
+    tc = auto.TreeChooser(63, 10, prior)
+    tc.calibrate({1: 1.0, 2: 1.08, 4: 1.18, 8: 1.45}, step_s=0.14)
+    assert tc.depth == 1 and tc.summary()["max_depth"] == 1
+    free = auto.TreeChooser(63, 10)
+    free.calibrate({1: 1.0, 2: 1.08, 4: 1.18, 8: 1.45}, step_s=0.14)
+    assert free.depth == 10
 
 
 def test_the_skip_reads_realized_tokens_not_the_estimates():

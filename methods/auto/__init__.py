@@ -26,10 +26,12 @@ per-depth calibration λ_depth fitted from the accepted paths), and the round ke
 next step's expected gain (its reach times its calibrated confidence) cannot raise E/T, and a tree
 drafter skips drafting (a plain round) while its recent rounds' realized gain (the tokens they
 yielded per second the decode loop measured them taking) is below a plain round's, drafting
-again after PROBE_EVERY such rounds (the same doubling wait), a probe's gain replacing the stale
-running mean; each measured drafted round refits ρ, the measured ÷ modelled cost of drafting,
-which scales every T(n) − T(0) the sizes are chosen with (a verify's rows and a drafter's steps
-cost more in the loop than warm probes time them). Every policy also reads each round's verify
+again after PROBE_EVERY such rounds (the same doubling wait), a probe's gain moving that mean
+PROBE_PULL of the way; a trained drafter's rounds go no deeper than the chain the rule picks
+with its held-out acceptance on the run's costs (rule_depth); each measured drafted round
+refits ρ, the measured ÷ modelled cost of drafting, which scales every T(n) − T(0) the sizes
+are chosen with (a verify's rows and a drafter's steps cost more in the loop than warm probes
+time them). Every policy also reads each round's verify
 as the loop timed it (Costs.observe): plain ones set a level, wider ones refit the scale of the
 curve's extra rows, c(q) − c(1) (on a 2-core Xeon the loop's 2- to 8-row verifies cost 2–3× what
 the curve, timed on back-to-back forwards, gives them), so sizes are priced as verified.
@@ -51,10 +53,10 @@ from methods.auto.rates import (
     fade,
     trained_prior,
 )
-from methods.auto.tree import Gain, NodeRates, TreeChooser, best_prefix, subtree
+from methods.auto.tree import Gain, NodeRates, TreeChooser, best_prefix, rule_depth, subtree
 
 __all__ = [
     "AUTO", "PRIOR", "PROBE_EVERY", "PROBE_MAX", "Chooser", "Confidence", "Costs", "Depths", "Gain",
     "NodeRates", "Policy", "Probes", "TreeChooser", "best_chain", "best_prefix", "depths_of",
-    "expected", "fade", "subtree", "trained_prior",
+    "expected", "fade", "rule_depth", "subtree", "trained_prior",
 ]  # fmt: skip

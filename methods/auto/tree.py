@@ -4,11 +4,13 @@ whether to draft at all (the running realized gain)."""
 
 from __future__ import annotations
 
+from methods.auto.chain import best_chain
 from methods.auto.costs import Costs, Policy
 from methods.auto.rates import PRIOR, PRIOR_WEIGHT, Probes, depths_of, fade
 
 GAIN_START = 1.1  # a learned tree drafter's running gain before its first round: it drafts
-GAIN_MEAN = 0.8  # weight of the past in that running mean (about five rounds)
+GAIN_MEAN = 0.95  # weight of the past in that running mean (about twenty rounds)
+PROBE_PULL = 0.3  # the share of the way a probe's gain moves that mean
 RHO_MIN, RHO_MAX = 0.5, 5.0  # the range one round's measured ρ is clipped to
 
 
@@ -27,9 +29,13 @@ def best_prefix(reach: list[float], costs: Costs, steps: int) -> int:
 
 class Gain:
     """Whether a learned drafter should draft at all this round (before its first step): the
-    recent drafted rounds' realized tokens per second over a plain round's, a running mean;
-    below 1, rounds are plain until a probe is due (Probes), and a probe's gain replaces the
-    mean (the rounds behind it are stale). Realized, not expected: a round's gain is read after
+    recent drafted rounds' realized tokens per second over a plain round's, a running mean over
+    about twenty rounds; below 1, rounds are plain until a probe is due (Probes), and a probe's
+    gain moves the mean PROBE_PULL of the way. A drafted round's gain is ~2 or ~0.85 (its
+    first token accepted or not), so a short mean, or a probe's gain replacing it, crossed 1 on
+    a few rejections and then let one probe decide the next 8-32 rounds: an EAGLE head that paid
+    1.04-1.16x drafting every round was left plain in 58-86% of its rounds, at 0.99-1.04x.
+    Realized, not expected: a round's gain is read after
     its verify from the tokens it yielded (1 + accepted) over the seconds the decode loop
     measured it taking (its draft, verify and accept), against the running mean of plain
     rounds' seconds, for rounds that follow a drafted round; after plain rounds (a probe, whose
@@ -81,7 +87,8 @@ class Gain:
             g = (1.0 + accepted) / seconds * plain
         else:
             g = (1.0 + accepted) / costs.round(n, steps) * costs.round(0, 0)
-        self.gain = g if self.probing else _mean(self.gain, g)
+        w = 1 - PROBE_PULL if self.probing else GAIN_MEAN
+        self.gain = w * self.gain + (1 - w) * g
 
 
 def _mean(old: float, new: float) -> float:
@@ -99,9 +106,17 @@ class TreeChooser(Policy):
     depth + w): the nodes of one depth are disjoint events, so Σ r estimates the chance the path
     gets there. Sorted best first (ties: creation order), any prefix is a tree."""
 
-    def __init__(self, max_nodes: int, max_depth: int):
+    def __init__(self, max_nodes: int, max_depth: int, prior: list[float] | float | None = None):
         self.max_nodes, self.max_depth = max_nodes, max_depth
+        # a learned drafter's held-out acceptance by depth (rates.trained_prior): its rounds
+        # draft no deeper than the chain the rule picks with it on the run's costs (calibrate)
+        self.prior, self.depth = prior, max_depth
         self.reset()
+
+    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
+        super().calibrate(curve, step_s, round_s, overhead_s)
+        if self.prior is not None:
+            self.depth = rule_depth(self.prior, self.costs, self.max_depth)
 
     def reset(self) -> None:
         self.reached = [0.0] * (self.max_depth + 1)
@@ -169,10 +184,25 @@ class TreeChooser(Policy):
     def summary(self) -> dict:
         return {
             "max_nodes": self.max_nodes,
+            "max_depth": self.depth,
             **self.cost_summary(),
             "lambda": [round(self.lam(d), 3) for d in range(1, self.max_depth + 1)],
             "gain": round(self.gains.gain, 3),
         }
+
+
+def rule_depth(prior: list[float] | float, costs: Costs, max_depth: int) -> int:
+    """The deepest a learned drafter's rounds may draft: k* = argmax E(k)/T(k) over chains of
+    1..max_depth (methods.auto.chain.best_chain), α_j its held-out acceptance at depth j (the
+    last one repeated past the depths it has), one drafter step a token, on the run's costs;
+    at least 1, so that the round-by-round choice still sees its first depth. Where a verify's
+    extra rows and a drafter step cost little (a GPU) the cap stays deep; where they cost a
+    large share of a step (2-core CPUs: each extra row ~0.1-0.2 of a step, each head step
+    ~0.1-0.2), one or two: the per-round choice over deeper trees, scored by calibrated
+    draft probabilities, drafted trees that accepted less than they cost."""
+    p = list(prior) if isinstance(prior, (list, tuple)) else [float(prior)]
+    alphas = [min(max(float(p[min(i, len(p) - 1)]), 0.0), 1.0) for i in range(max_depth)]
+    return max(best_chain(alphas, costs, max_depth, 1), 1)
 
 
 class NodeRates(Policy):
