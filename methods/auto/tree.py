@@ -92,7 +92,8 @@ class Gain:
 
 
 def _mean(old: float, new: float) -> float:
-    """The running means of Gain: GAIN_MEAN of the past, the rest the new value."""
+    """The running means of Gain (a plain round's seconds, ρ; the gain itself between probes):
+    GAIN_MEAN of the past, the rest the new value."""
     return GAIN_MEAN * old + (1 - GAIN_MEAN) * new
 
 
@@ -196,10 +197,11 @@ def rule_depth(prior: list[float] | float, costs: Costs, max_depth: int) -> int:
     1..max_depth (methods.auto.chain.best_chain), α_j its held-out acceptance at depth j (the
     last one repeated past the depths it has), one drafter step a token, on the run's costs;
     at least 1, so that the round-by-round choice still sees its first depth. Where a verify's
-    extra rows and a drafter step cost little (a GPU) the cap stays deep; where they cost a
-    large share of a step (2-core CPUs: each extra row ~0.1-0.2 of a step, each head step
-    ~0.1-0.2), one or two: the per-round choice over deeper trees, scored by calibrated
-    draft probabilities, drafted trees that accepted less than they cost."""
+    extra rows and a drafter step cost little (a GPU's flat curve) the cap stays deep; where
+    they cost a large share of a step (a 2-core Xeon: each extra row ~0.1-0.2 of a step, each
+    head step ~0.1-0.2) it is one: the per-round choice over deeper trees, scored by calibrated
+    draft probabilities, drafted trees there that accepted less than they cost
+    (docs/decode_step.md)."""
     p = list(prior) if isinstance(prior, (list, tuple)) else [float(prior)]
     alphas = [min(max(float(p[min(i, len(p) - 1)]), 0.0), 1.0) for i in range(max_depth)]
     return max(best_chain(alphas, costs, max_depth, 1), 1)
