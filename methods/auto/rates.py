@@ -40,14 +40,20 @@ def depths_of(parents: list[int]) -> list[int]:
     return out
 
 
+def per_depth(prior: list[float] | float, n: int) -> list[float]:
+    """A prior (one rate, or one per depth) as the rates of depths 1..n: its last repeated past
+    the depths it has, each kept within 0.01-0.99."""
+    p = list(prior) if isinstance(prior, (list, tuple)) else [prior]
+    return [min(max(float(p[min(i, len(p) - 1)]), 0.01), 0.99) for i in range(n)]
+
+
 class Depths:
     """Conditional acceptance by depth, per bucket: counts of rounds that reached depth i with a
     drafted token there, and of those that accepted it."""
 
     def __init__(self, max_k: int, prior: list[float] | float = 0.5):
         self.max_k = max_k
-        p = prior if isinstance(prior, list) else [prior]
-        self.prior = [min(max(float(p[min(i, len(p) - 1)]), 0.01), 0.99) for i in range(max_k)]
+        self.prior = per_depth(prior, max_k)
         self.pool = ([0.0] * max_k, [0.0] * max_k)  # (reached, accepted)
         self.buckets: dict = {}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from methods.auto.chain import best_chain
 from methods.auto.costs import Costs, Policy
-from methods.auto.rates import PRIOR, PRIOR_WEIGHT, Probes, depths_of, fade
+from methods.auto.rates import PRIOR, PRIOR_WEIGHT, Probes, depths_of, fade, per_depth
 
 GAIN_START = 1.1  # a learned tree drafter's running gain before its first round: it drafts
 GAIN_MEAN = 0.95  # weight of the past in that running mean (about twenty rounds)
@@ -194,17 +194,15 @@ class TreeChooser(Policy):
 
 def rule_depth(prior: list[float] | float, costs: Costs, max_depth: int) -> int:
     """The deepest a learned drafter's rounds may draft: k* = argmax E(k)/T(k) over chains of
-    1..max_depth (methods.auto.chain.best_chain), α_j its held-out acceptance at depth j (the
-    last one repeated past the depths it has), one drafter step a token, on the run's costs;
+    1..max_depth (methods.auto.chain.best_chain), α_j its held-out acceptance at depth j
+    (rates.per_depth), one drafter step a token, on the run's costs;
     at least 1, so that the round-by-round choice still sees its first depth. Where a verify's
     extra rows and a drafter step cost little (a GPU's flat curve) the cap stays deep; where
     they cost a large share of a step (a 2-core Xeon: each extra row ~0.1-0.2 of a step, each
     head step ~0.1-0.2) it is one: the per-round choice over deeper trees, scored by calibrated
     draft probabilities, drafted trees there that accepted less than they cost
     (docs/decode_step.md)."""
-    p = list(prior) if isinstance(prior, (list, tuple)) else [float(prior)]
-    alphas = [min(max(float(p[min(i, len(p) - 1)]), 0.0), 1.0) for i in range(max_depth)]
-    return max(best_chain(alphas, costs, max_depth, 1), 1)
+    return max(best_chain(per_depth(prior, max_depth), costs, max_depth, 1), 1)
 
 
 class NodeRates(Policy):
