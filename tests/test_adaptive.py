@@ -62,6 +62,24 @@ def test_the_loops_verifies_rescale_what_extra_rows_cost():
     assert c.verify_scale == pytest.approx(auto.costs.SCALE_MIN, rel=0.01)
 
 
+def test_a_host_that_runs_faster_than_the_curve_moves_the_whole_curve():
+    """Costs.level: the loop's plain verifies 20% under the curve's c(1) (the host sped up after
+    the curve was anchored) price a plain round at what they measured and every size's rows
+    20% lower too; wider verifies measured at that speed then leave the rows' scale at 1."""
+    c = auto.Costs(CPU, step_s=0.001)
+    rows = c.verify(4) - c.verify(1)
+    assert c.level() == 1.0  # nothing measured yet: the curve as anchored
+    for _ in range(80):
+        c.observe(1, 0.008)
+    assert c.level() == pytest.approx(0.8)
+    assert c.round(0, 0) == pytest.approx(0.008)
+    assert c.round(3, 2) == pytest.approx(0.008 + 0.8 * rows + 2 * 0.001)
+    for _ in range(60):
+        c.observe(4, 0.008 + 0.8 * rows)
+    assert c.verify_scale == pytest.approx(1.0)
+    assert c.round(3, 2) == pytest.approx(0.008 + 0.8 * rows + 2 * 0.001)
+
+
 def test_the_length_follows_acceptance_and_the_curve():
     # nothing accepted: drafting never pays, a round is a plain step
     assert chooser(CPU, 0.02).length() == 0
@@ -146,6 +164,31 @@ def test_one_rejected_round_does_not_switch_a_paying_drafter_off():
         g.note(1, 0, costs)
         g.realized(1 if i % 3 == 2 else 0)
     assert 1.0 < g.gain < 1.2
+
+
+def test_a_paying_drafter_still_measures_a_plain_round_now_and_then():
+    """Gain: while a drafter pays, one round in REFERENCE_EVERY is plain (where the loop times
+    rounds), so drafted rounds are judged against what a plain round costs now. Here the model
+    prices a plain round at 10 ms, the loop's take 7.5 ms, and a drafted round 10.4 ms for 1.3
+    tokens: 1.25x by the model, 0.94x by the clock. Without reference rounds it drafted every
+    round; with them it drafts a minority. Untimed rounds (a GPU's) get none."""
+    costs = auto.Costs({1: 0.010, 2: 0.012})
+    g, plain = auto.Gain(), []
+    for i in range(300):
+        plain.append(g.skip())
+        if plain[-1]:
+            g.realized(0, 0.0075)
+        else:
+            g.note(1, 0, costs)
+            g.realized(1 if i % 10 < 3 else 0, 0.0104)
+    every = auto.tree.REFERENCE_EVERY
+    assert plain[: every + 1] == [False] * every + [True]  # the first reference round
+    assert sum(plain[100:]) > 100
+    untimed = auto.Gain()
+    for i in range(100):  # half its rounds accepted: it pays by the model, and is never plain
+        assert not untimed.skip()
+        untimed.note(1, 0, costs)
+        untimed.realized(i % 2)
 
 
 def test_a_trained_drafters_depth_is_the_chain_the_rule_picks_on_the_runs_costs():

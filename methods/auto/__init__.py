@@ -27,14 +27,16 @@ next step's expected gain (its reach times its calibrated confidence) cannot rai
 drafter skips drafting (a plain round) while its recent rounds' realized gain (the tokens they
 yielded per second the decode loop measured them taking) is below a plain round's, drafting
 again after PROBE_EVERY such rounds (the same doubling wait), a probe's gain moving that mean
-PROBE_PULL of the way; a trained drafter's rounds go no deeper than the chain the rule picks
-with its held-out acceptance on the run's costs (rule_depth); each measured drafted round
-refits ρ, the measured ÷ modelled cost of drafting, which scales every T(n) − T(0) the sizes
-are chosen with (a verify's rows and a drafter's steps cost more in the loop than warm probes
-time them). Every policy also reads each round's verify
-as the loop timed it (Costs.observe): plain ones set a level, wider ones refit the scale of the
-curve's extra rows, c(q) − c(1) (on a 2-core Xeon the loop's 2- to 8-row verifies cost 2–3× what
-the curve, timed on back-to-back forwards, gives them), so sizes are priced as verified.
+PROBE_PULL of the way; while it drafts, one round in REFERENCE_EVERY is plain, so that the plain
+round it compares with is measured now. A trained drafter's rounds go no deeper than the chain
+the rule picks with its held-out acceptance on the run's costs (rule_depth); each measured
+drafted round refits ρ, the measured ÷ modelled cost of drafting, which scales every T(n) − T(0)
+the sizes are chosen with (a verify's rows and a drafter's steps cost more in the loop than warm
+probes time them). Every policy also reads each round's verify as the loop timed it
+(Costs.observe): plain ones set a level that moves the whole curve (the host's speed drifts from
+the curve, anchored once after warm-up), wider ones refit the scale of the curve's extra rows,
+c(q) − c(1) (on a 2-core Xeon the loop's 2- to 8-row verifies cost 2–3× what the curve, timed on
+back-to-back forwards, gives them), so sizes are priced as verified.
 
 The choice for a round reads only earlier rounds and this round's draft, never the target's
 verdict on it, so every accept rule stays lossless (tests/test_adaptive.py checks the law at T=1).
@@ -53,10 +55,18 @@ from methods.auto.rates import (
     fade,
     trained_prior,
 )
-from methods.auto.tree import Gain, NodeRates, TreeChooser, best_prefix, rule_depth, subtree
+from methods.auto.tree import (
+    REFERENCE_EVERY,
+    Gain,
+    NodeRates,
+    TreeChooser,
+    best_prefix,
+    rule_depth,
+    subtree,
+)
 
 __all__ = [
-    "AUTO", "PRIOR", "PROBE_EVERY", "PROBE_MAX", "Chooser", "Confidence", "Costs", "Depths", "Gain",
-    "NodeRates", "Policy", "Probes", "TreeChooser", "best_chain", "best_prefix", "depths_of",
-    "expected", "fade", "rule_depth", "subtree", "trained_prior",
+    "AUTO", "PRIOR", "PROBE_EVERY", "PROBE_MAX", "REFERENCE_EVERY", "Chooser", "Confidence",
+    "Costs", "Depths", "Gain", "NodeRates", "Policy", "Probes", "TreeChooser", "best_chain",
+    "best_prefix", "depths_of", "expected", "fade", "rule_depth", "subtree", "trained_prior",
 ]  # fmt: skip

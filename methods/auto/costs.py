@@ -65,8 +65,10 @@ class Costs:
         if q <= 1:
             self.plain_verify = _mean(self.plain_verify, seconds)
             return
-        model = self.verify(q) - self.verify(1)
-        if self.plain_verify is None or model <= 0:
+        if self.plain_verify is None:
+            return
+        model = (self.verify(q) - self.verify(1)) * self.level()
+        if model <= 0:
             return
         self._excess = VERIFY_MEAN * self._excess + (seconds - self.plain_verify)
         self._modelled = VERIFY_MEAN * self._modelled + model
@@ -75,12 +77,21 @@ class Costs:
     def drafting(self, tokens: int, steps: int) -> float:
         """The model's cost of drafting: a round's T beyond a plain one's, before ρ (its
         verify's extra rows as the loop measures them: verify_scale)."""
-        rows = self.verify(tokens + 1) - self.verify(1)
+        rows = (self.verify(tokens + 1) - self.verify(1)) * self.level()
         return self.verify_scale * rows + steps * self.step_s
+
+    def level(self) -> float:
+        """The host's speed now over the curve's: the loop's mean plain verify ÷ c(1) (1 until
+        it has measured one). The curve is anchored to the baseline's step once, after
+        warm-up, and the host drifts from it (a run on a 2-core Xeon: c(1) 8.2 ms there, the
+        loop's plain verifies 7.1-7.7 ms for the whole run), which priced every round ~10% high
+        and drafting's share of it low; the whole curve moves with the level, its extra rows
+        refitted on top (verify_scale)."""
+        return 1.0 if self.plain_verify is None else self.plain_verify / self.verify(1)
 
     def round(self, tokens: int, steps: int) -> float:
         """T: a round verifying `tokens` drafted tokens made in `steps` drafter steps."""
-        plain = self.verify(1) + self.round_s + self.overhead_s
+        plain = self.verify(1) * self.level() + self.round_s + self.overhead_s
         return plain + self.extra * self.drafting(tokens, steps)
 
 
@@ -102,7 +113,9 @@ class Policy:
     def cost_summary(self) -> dict:
         c = self.costs
         return {
-            "c1_ms": None if c is None else round(c.verify(1) * 1e3, 3),  # the level it used
+            "c1_ms": None
+            if c is None
+            else round(c.verify(1) * c.level() * 1e3, 3),  # the level used
             "step_ms": None if c is None else round(c.step_s * 1e3, 3),
             "round_ms": None if c is None else round(c.round_s * 1e3, 3),
             "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
