@@ -159,14 +159,30 @@ class EagleHead(nn.Module):
         return self
 
     def restrict(self, frequent: list[int] | None, size: int | None) -> int:
-        """eagle: draft over the `size` most frequent tokens only (drafters.draftvocab); returns
-        the draft vocabulary's size."""
+        """Draft over the `size` most frequent tokens only (`frequent`: target ids, most
+        frequent first); returns the draft vocabulary's size. eagle: rows of the target's
+        output layer (drafters.draftvocab); eagle3: the rows of its own output layer (and d2t
+        entries) whose tokens rank first in `frequent`, in draft-id order, tokens it does not
+        list after those it does. Lossless either way: only which tokens are drafted changes."""
         from drafters.draftvocab import DraftVocab
 
-        if self.kind != "eagle":
-            return self.d2t.numel()
-        self.vocab = DraftVocab(self.out_head, frequent, size)
-        return self.vocab.size
+        if self.kind == "eagle":
+            self.vocab = DraftVocab(self.out_head, frequent, size)
+            return self.vocab.size
+        n = self.d2t.numel()
+        if not size or not frequent or size >= n:
+            return n
+        rank = {int(t): i for i, t in enumerate(frequent)}
+        ids = self.d2t.tolist()
+        keep = sorted(sorted(range(n), key=lambda j: (rank.get(ids[j], len(rank)), j))[:size])
+        rows = torch.tensor(keep, dtype=torch.long, device=self.d2t.device)
+        old = self.lm_head
+        self.lm_head = nn.Linear(old.in_features, size, bias=False)
+        self.lm_head.to(device=old.weight.device, dtype=old.weight.dtype)
+        with torch.no_grad():
+            self.lm_head.weight.copy_(old.weight[rows])
+        self.d2t = self.d2t[rows]
+        return size
 
     def own_bytes(self) -> int:
         """Its own weights and buffers (int8 layers included), not the target's it shares."""

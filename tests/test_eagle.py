@@ -424,3 +424,36 @@ def test_the_head_cache_writes_in_place_and_doubles_only_when_full():
         assert len(cache) == want.shape[-2]
         assert torch.equal(cache.k, want) and torch.equal(cache.v, -want)
     assert cache.nbytes() >= 2 * cache.k.numel() * 4
+
+
+def test_an_eagle3_heads_draft_vocabulary_narrowed_by_frequency(target, tmp_path):
+    """draft_vocab=N on an EAGLE-3 head keeps the N rows of its own output layer whose tokens
+    rank first in the stored frequency list (in draft-id order; a listed token outside its
+    vocabulary is skipped), drafts only those, and stays exact; null keeps them all."""
+    head = random_head(target, "eagle3", 5)
+    d2t = head.d2t.tolist()
+    outside = next(t for t in range(target.config.vocab_size) if t not in d2t)
+    frequent = [outside] + d2t[::-2][:20]  # ids by decreasing frequency
+    eagle_io.save(head, tmp_path, "tiny", dtype=torch.float32, extra={"frequent_ids": frequent})
+    m = eagle_method(target, "eagle3", tmp_path, draft_vocab=12)
+    assert m.info["draft_vocab"] == 12 and m.head.lm_head.out_features == 12
+    want = set(d2t[::-2][:12])
+    assert set(m.head.d2t.tolist()) == want
+    assert m.head.d2t.tolist() == sorted(want)  # draft-id order, as the file has them
+    rows = [d2t.index(t) for t in sorted(want)]
+    assert torch.equal(m.head.lm_head.weight, head.lm_head.weight[rows])
+    ar = build_method("ar", make_ctx(target))
+    seen = set()
+    real_draft = m.draft
+
+    def spy(state):
+        prop = real_draft(state)
+        seen.update(prop.tokens.tolist())
+        return prop
+
+    m.draft = spy
+    for p in prompts(3, seed=9):
+        assert run(m, p, n=24).output_ids == run(ar, p, n=24).output_ids
+    assert seen and seen <= want
+    full = eagle_method(target, "eagle3", tmp_path, draft_vocab=None)
+    assert full.info["draft_vocab"] == len(d2t) == full.head.lm_head.out_features

@@ -119,7 +119,7 @@ class EagleSpec(SequenceSpec):
         self.split(data, holdout)
         V = target.config.vocab_size
         counts = answer_counts(self.seqs["train"], V)
-        self.frequent = frequent_ids(counts) if kind == "eagle" else None
+        self.frequent = frequent_ids(counts)  # stored with the head: method.draft_vocab
         self.init, self.keep_vocab = (str(init) if init else None), keep_vocab
         d2t = self._head(target, kind, vocab_size)
         self.module.embed = self.module.embed.float()
