@@ -81,8 +81,8 @@ class Costs:
         return self.verify_scale * rows + steps * self.step_s
 
     def level(self) -> float:
-        """The host's speed now over the curve's: the loop's mean plain verify ÷ c(1) (1 until
-        it has measured one). The curve is anchored to the baseline's step once, after
+        """How the host's step now compares with the curve's: the loop's mean plain verify ÷
+        c(1) (1 until it has measured one). The curve is anchored to the baseline's step once, after
         warm-up, and the host drifts from it (a run on a 2-core Xeon: c(1) 8.2 ms there, the
         loop's plain verifies 7.1-7.7 ms for the whole run), which priced every round ~10% high
         and drafting's share of it low; the whole curve moves with the level, its extra rows
@@ -113,9 +113,8 @@ class Policy:
     def cost_summary(self) -> dict:
         c = self.costs
         return {
-            "c1_ms": None
-            if c is None
-            else round(c.verify(1) * c.level() * 1e3, 3),  # the level used
+            # the level used: c(1) as the loop's plain verifies have moved it (Costs.level)
+            "c1_ms": None if c is None else round(c.verify(1) * c.level() * 1e3, 3),
             "step_ms": None if c is None else round(c.step_s * 1e3, 3),
             "round_ms": None if c is None else round(c.round_s * 1e3, 3),
             "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),

@@ -48,7 +48,7 @@ class Gain:
     The plain reference is kept current: while the drafter pays, one round in REFERENCE_EVERY
     drafted ones is plain and measured (where the loop times rounds). Without it a drafter
     that never stopped compared its rounds with the model's plain round, the curve anchored
-    once after warm-up: on a 2-core Xeon 8.2 ms where the loop's plain rounds took 7.2-7.7,
+    once after warm-up: on a 2-core Xeon 8.2 ms where the loop's plain verifies took 7.1-7.7,
     so EAGLE drafted nearly every round of translation at a realized gain of 1.2-1.3 that
     the same rounds over the loop's plain rounds (~7.4 ms) put at 0.99-1.03 (one prompt) and
     0.90 (the other), and the task read 0.96x."""
