@@ -375,18 +375,8 @@ def test_training_learns_and_the_head_is_exact(kind, tiny_target_dir, tmp_path, 
         assert run(m, p, n=24).output_ids == run(ar, p, n=24).output_ids
 
 
-def test_frequency_ranked_draft_vocabulary(target, tmp_path):
-    """draft_vocab=N drafts only among the N most frequent ids and stays exact."""
-    frequent = list(range(127, 7, -3))  # ids by decreasing frequency
-    eagle_io.save(
-        random_head(target, "eagle", 5),
-        tmp_path,
-        "tiny",
-        dtype=torch.float32,
-        extra={"frequent_ids": frequent},
-    )
-    m = eagle_method(target, "eagle", tmp_path, draft_vocab=12)
-    assert m.info["draft_vocab"] == 12
+def drafted_exactly(m, target) -> set:
+    """Run `m` on three prompts, each output equal to `ar`'s; → the tokens it drafted."""
     ar = build_method("ar", make_ctx(target))
     seen = set()
     real_draft = m.draft
@@ -399,6 +389,22 @@ def test_frequency_ranked_draft_vocabulary(target, tmp_path):
     m.draft = spy
     for p in prompts(3, seed=9):
         assert run(m, p, n=24).output_ids == run(ar, p, n=24).output_ids
+    return seen
+
+
+def test_frequency_ranked_draft_vocabulary(target, tmp_path):
+    """draft_vocab=N drafts only among the N most frequent ids and stays exact."""
+    frequent = list(range(127, 7, -3))  # ids by decreasing frequency
+    eagle_io.save(
+        random_head(target, "eagle", 5),
+        tmp_path,
+        "tiny",
+        dtype=torch.float32,
+        extra={"frequent_ids": frequent},
+    )
+    m = eagle_method(target, "eagle", tmp_path, draft_vocab=12)
+    assert m.info["draft_vocab"] == 12
+    seen = drafted_exactly(m, target)
     assert seen and seen <= set(frequent[:12])
     full = eagle_method(target, "eagle", tmp_path, draft_vocab=None)
     assert full.info["draft_vocab"] == 128
@@ -442,18 +448,7 @@ def test_an_eagle3_heads_draft_vocabulary_narrowed_by_frequency(target, tmp_path
     assert m.head.d2t.tolist() == sorted(want)  # draft-id order, as the file has them
     rows = [d2t.index(t) for t in sorted(want)]
     assert torch.equal(m.head.lm_head.weight, head.lm_head.weight[rows])
-    ar = build_method("ar", make_ctx(target))
-    seen = set()
-    real_draft = m.draft
-
-    def spy(state):
-        prop = real_draft(state)
-        seen.update(prop.tokens.tolist())
-        return prop
-
-    m.draft = spy
-    for p in prompts(3, seed=9):
-        assert run(m, p, n=24).output_ids == run(ar, p, n=24).output_ids
+    seen = drafted_exactly(m, target)
     assert seen and seen <= want
     full = eagle_method(target, "eagle3", tmp_path, draft_vocab=None)
     assert full.info["draft_vocab"] == len(d2t) == full.head.lm_head.out_features

@@ -63,7 +63,7 @@ class Costs:
         if seconds is None or self.batch is not None:
             return
         if q <= 1:
-            self.plain_verify = _mean(self.plain_verify, seconds)
+            self.plain_verify = running_mean(self.plain_verify, seconds)
             return
         if self.plain_verify is None:
             return
@@ -95,8 +95,10 @@ class Costs:
         return plain + self.extra * self.drafting(tokens, steps)
 
 
-def _mean(old: float | None, new: float) -> float:
-    return new if old is None else VERIFY_MEAN * old + (1 - VERIFY_MEAN) * new
+def running_mean(old: float | None, new: float, past: float = VERIFY_MEAN) -> float:
+    """Every k=auto running mean: `past` of the old value, the rest the new one; the new value
+    alone where there is none yet."""
+    return new if old is None else past * old + (1 - past) * new
 
 
 class Policy:

@@ -5,7 +5,7 @@ whether to draft at all (the running realized gain)."""
 from __future__ import annotations
 
 from methods.auto.chain import best_chain
-from methods.auto.costs import Costs, Policy
+from methods.auto.costs import Costs, Policy, running_mean
 from methods.auto.rates import PRIOR, PRIOR_WEIGHT, Probes, depths_of, fade, per_depth
 
 GAIN_START = 1.1  # a learned tree drafter's running gain before its first round: it drafts
@@ -90,10 +90,7 @@ class Gain:
         if self.pending is None:
             self.since_plain = 0
             if seconds:
-                old = self.plain_s
-                self.plain_s = (
-                    seconds if old is None else PLAIN_MEAN * old + (1 - PLAIN_MEAN) * seconds
-                )
+                self.plain_s = running_mean(self.plain_s, seconds, PLAIN_MEAN)
             return
         self.since_plain += 1
         n, steps, costs = self.pending
@@ -103,18 +100,11 @@ class Gain:
             model = costs.drafting(n, steps)
             if model > 0:
                 rho = min(max((seconds - plain) / model, RHO_MIN), RHO_MAX)
-                costs.extra = _mean(costs.extra, rho)
+                costs.extra = running_mean(costs.extra, rho, GAIN_MEAN)
             g = (1.0 + accepted) / seconds * plain
         else:
             g = (1.0 + accepted) / costs.round(n, steps) * costs.round(0, 0)
-        w = 1 - PROBE_PULL if self.probing else GAIN_MEAN
-        self.gain = w * self.gain + (1 - w) * g
-
-
-def _mean(old: float, new: float) -> float:
-    """The running means of Gain (ρ; the gain itself between probes):
-    GAIN_MEAN of the past, the rest the new value."""
-    return GAIN_MEAN * old + (1 - GAIN_MEAN) * new
+        self.gain = running_mean(self.gain, g, 1 - PROBE_PULL if self.probing else GAIN_MEAN)
 
 
 class TreeChooser(Policy):
