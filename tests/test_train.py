@@ -192,6 +192,36 @@ def test_distilled_draft_continues_from_a_saved_one(data, tiny_target_dir, tmp_p
         )
 
 
+def test_medusa_heads_continue_from_saved_ones(data, tiny_target_dir, tmp_path):
+    from groundfloor.errors import UserError
+    from groundfloor.models import load_model
+
+    target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    kw = dict(num_heads=2, num_layers=1, batch_size=16, holdout=0.25, base="tiny")
+    first = specs.MedusaSpec(data, target, **kw)
+    loop.train(first, tmp_path / "w", steps=6, lr=1e-2, warmup=1, ckpt_every=6, eval_every=6)
+    first.save(tmp_path / "heads", {})
+    again = specs.MedusaSpec(data, target, init=str(tmp_path / "heads"), **kw)
+    assert again.module.training and all(p.requires_grad for p in again.module.parameters())
+    saved = first.module.state_dict()
+    assert any(v.abs().sum() > 0 for v in saved.values())  # trained: not the zero start
+    for k, v in again.module.state_dict().items():  # stored in bfloat16: to its rounding
+        assert v.dtype == torch.float32 and torch.allclose(v, saved[k], rtol=1e-2, atol=1e-3), k
+    loss0 = loop.held_out_loss(loop.evaluate(again))
+    assert loss0 == pytest.approx(loop.held_out_loss(loop.evaluate(first)), rel=0.02)
+    fresh = loop.held_out_loss(loop.evaluate(specs.MedusaSpec(data, target, **kw)))
+    assert loss0 != pytest.approx(fresh, rel=1e-4)  # new heads score otherwise: these were loaded
+    assert heads_io.load(tmp_path / "heads")[0].num_heads == 2
+    again.save(tmp_path / "again", {})
+    saved_cfg = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert saved_cfg["init"] == str(tmp_path / "heads")
+
+    with pytest.raises(UserError, match="holds no Medusa heads"):
+        specs.MedusaSpec(data, target, init=str(tmp_path / "nowhere"), **kw)
+    with pytest.raises(UserError, match=r"has 2 head\(s\) of 1 layer\(s\); drafter.num_heads=3"):
+        specs.MedusaSpec(data, target, init=str(tmp_path / "heads"), **{**kw, "num_heads": 3})
+
+
 def _medusa(data, target, seed):
     torch.manual_seed(seed)  # as `python -m train` does before building the drafter
     return specs.MedusaSpec(

@@ -75,7 +75,8 @@ class MedusaSpec:
     """Positions t of every answer: input h_t (last hidden state), labels ids[t + 2 + i].
 
     The loss scores the 8,192 most frequent answer tokens (rows of the shared LM head); a label
-    outside them counts as a miss in the accuracies."""
+    outside them counts as a miss in the accuracies. With `init` (heads in Medusa's layout that
+    share the target's output layer, e.g. the shipped ones) training continues from them."""
 
     @staticmethod
     def needed_layers(cfg) -> list[int]:
@@ -92,6 +93,7 @@ class MedusaSpec:
             int(d.batch_size),
             float(cfg.holdout),
             str(cfg.target),
+            d.get("init"),
         )
 
     def __init__(
@@ -103,9 +105,14 @@ class MedusaSpec:
         batch_size: int,
         holdout: float,
         base: str,
+        init: str | None = None,
     ):
         self.lm_head = target.lm_head.weight.detach().float()
-        self.module = medusa.MedusaHeads(self.lm_head.shape[1], num_heads, num_layers)
+        self.init = str(init) if init else None
+        if self.init:
+            self.module = warm_medusa(Path(self.init), num_heads, num_layers)
+        else:
+            self.module = medusa.MedusaHeads(self.lm_head.shape[1], num_heads, num_layers)
         self.batch_size, self.base = batch_size, base
         parts = {"train": ([], []), "eval": ([], [])}
         for seq in data:
@@ -169,8 +176,29 @@ class MedusaSpec:
                 "eval": eval_result,
                 "train_positions": self.sizes(),
                 "frequent_ids": self.frequent,
+                **({"init": self.init} if self.init else {}),
             },
         )
+
+
+def warm_medusa(path: Path, num_heads: int, num_layers: int) -> medusa.MedusaHeads:
+    """Saved Medusa heads at `path`, in float32 and trainable, checked against the spec's shape
+    (they must share the target's output layer, as the spec trains them)."""
+    if not (path / "config.json").exists():
+        raise UserError(
+            f"drafter.init={str(path)!r} holds no Medusa heads (no config.json); give a "
+            "directory `python -m train drafter=medusa` wrote"
+        )
+    heads, _ = medusa.load(path)
+    shape = (heads.num_heads, heads.num_layers)
+    if shape != (num_heads, num_layers) or heads.own is not None:
+        raise UserError(
+            f"drafter.init={str(path)!r} has {shape[0]} head(s) of {shape[1]} layer(s)"
+            f"{' with their own output layers' if heads.own is not None else ''}; "
+            f"drafter.num_heads={num_heads} drafter.num_layers={num_layers} sharing the "
+            "target's output layer here: set them to match"
+        )
+    return heads.float().train().requires_grad_(True)
 
 
 class SequenceSpec:
