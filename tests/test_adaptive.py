@@ -338,6 +338,36 @@ def test_the_step_that_read_the_confidence_is_already_paid():
     assert 1.3 / c.round(1, 1) < 1.0 / c.round(0, 0)
 
 
+def test_a_step_the_confidence_keeps_stopping_is_no_longer_paid():
+    """Chooser.go_rate: a chain drafter whose paid first step drafts nothing most of the time
+    (its confidence stops it) plans with α₁ times how often the step goes, so rounds stop
+    paying the step (length 0, a plain round) where it rarely yields a token, and keep drafting
+    where it does; probing rounds (forced through) do not count."""
+    from types import SimpleNamespace as NS
+
+    stopped = NS(steps=1, bucket=None, confs=[]), NS(drafted=0, n_draft_accepted=0)
+    went = NS(steps=1, bucket=None, confs=[0.9]), NS(drafted=1, n_draft_accepted=1)
+    ch = chooser(CPU, 0.6, max_k=4, steps=1, step_s=0.001)
+    assert ch.go_rate() == 1.0 and ch.length() >= 1  # a new run's steps go
+    for _ in range(20):
+        ch.learn(*stopped)
+    assert ch.depths.alphas()[0] == pytest.approx(0.6)  # no token drafted: α₁ as it was
+    assert ch.go_rate() < 0.15
+    ch.probes = auto.Probes()  # (20 plain rounds would make this round a probe)
+    assert ch.length() == 0 and not ch.probing  # the step is not paid on its merits
+    stepped = ch.stepped
+    ch.probing = True  # a probe's step is forced through: it says nothing about the stop
+    ch.learn(NS(steps=1, bucket=None, confs=[0.1]), NS(drafted=1, n_draft_accepted=0))
+    assert ch.stepped == stepped
+    ok = chooser(CPU, 0.6, max_k=4, steps=1, step_s=0.001)
+    for _ in range(20):
+        ok.learn(*went)
+    assert ok.go_rate() == 1.0 and ok.length() >= 1
+    lookup = chooser(CPU, 0.6, max_k=4, steps=0)  # no step to pay: nothing counted
+    lookup.learn(*stopped)
+    assert lookup.stepped == 0 and lookup.go_rate() == 1.0
+
+
 def test_tree_size_reads_the_scores_and_calibration():
     t = auto.TreeChooser(63, 10)
     t.calibrate(CPU)

@@ -15,7 +15,11 @@ tokens in expectation, α_j the conditional acceptance at depth j (x_j accepted 
 were), kept per context bucket (n-gram methods: the match length) from the run's own rounds,
 shrunk towards the pooled rate and a prior while a bucket has few rounds, every count fading by
 DECAY per round so the rates follow the text at hand. The round drafts
-k* = argmax_{0 ≤ k ≤ max_k} E(k)/T(k); k* = 0 is a plain step. A run that stays at 0 for
+k* = argmax_{0 ≤ k ≤ max_k} E(k)/T(k); k* = 0 is a plain step. A chain drafter that reads its
+confidence before each token (the draft model) stops early where a token cannot pay, after
+paying the step that read it: its α_1 is measured on the tokens it let through, so it plans with
+α_1 times the share of its paid first steps that drafted (Chooser.go_rate), and a text where the
+confidence keeps stopping it stops paying the step. A run that stays at 0 for
 `PROBE_EVERY` rounds drafts k* over k ≥ 1 once, so its rates keep being measured; each probe
 that leaves speculation off doubles the wait before the next (up to PROBE_MAX), so a drafter that
 does not pay on the text at hand costs ever less, and a round that drafts on its merits resets it.
