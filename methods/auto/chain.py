@@ -48,7 +48,7 @@ class Chooser(Policy):
         self.conf = Confidence()
         self.probes, self.probing = Probes(), False
         # rounds whose first drafter step was paid on merit, and those of them whose
-        # confidence then let a token through (counts fading by DECAY a round: go_rate)
+        # confidence then let a token through (counts fading by DECAY a paid step: go_rate)
         self.stepped, self.went = 0.0, 0.0
 
     def go_rate(self) -> float:
