@@ -220,6 +220,9 @@ def test_medusa_heads_continue_from_saved_ones(data, tiny_target_dir, tmp_path):
         specs.MedusaSpec(data, target, init=str(tmp_path / "nowhere"), **kw)
     with pytest.raises(UserError, match=r"has 2 head\(s\) of 1 layer\(s\); drafter.num_heads=3"):
         specs.MedusaSpec(data, target, init=str(tmp_path / "heads"), **{**kw, "num_heads": 3})
+    H = target.lm_head.weight.shape[1]
+    with pytest.raises(UserError, match=rf"hidden size {H}; this target's hidden size is {H + 8}"):
+        specs.warm_medusa(tmp_path / "heads", 2, 1, H + 8)
 
 
 def _medusa(data, target, seed):

@@ -110,7 +110,7 @@ class MedusaSpec:
         self.lm_head = target.lm_head.weight.detach().float()
         self.init = str(init) if init else None
         if self.init:
-            self.module = warm_medusa(Path(self.init), num_heads, num_layers)
+            self.module = warm_medusa(Path(self.init), num_heads, num_layers, self.lm_head.shape[1])
         else:
             self.module = medusa.MedusaHeads(self.lm_head.shape[1], num_heads, num_layers)
         self.batch_size, self.base = batch_size, base
@@ -181,9 +181,10 @@ class MedusaSpec:
         )
 
 
-def warm_medusa(path: Path, num_heads: int, num_layers: int) -> medusa.MedusaHeads:
+def warm_medusa(path: Path, num_heads: int, num_layers: int, hidden: int) -> medusa.MedusaHeads:
     """Saved Medusa heads at `path`, in float32 and trainable, checked against the spec's shape
-    (they must share the target's output layer, as the spec trains them)."""
+    and the target's hidden size (they must share the target's output layer, as the spec
+    trains them)."""
     if not (path / "config.json").exists():
         raise UserError(
             f"drafter.init={str(path)!r} holds no Medusa heads (no config.json); give a "
@@ -197,6 +198,12 @@ def warm_medusa(path: Path, num_heads: int, num_layers: int) -> medusa.MedusaHea
             f"{' with their own output layers' if heads.own is not None else ''}; "
             f"drafter.num_heads={num_heads} drafter.num_layers={num_layers} sharing the "
             "target's output layer here: set them to match"
+        )
+    width = heads.blocks[0][0].linear.weight.shape[1]
+    if width != hidden:
+        raise UserError(
+            f"drafter.init={str(path)!r} holds heads of hidden size {width}; this target's "
+            f"hidden size is {hidden}: give heads trained for this target"
         )
     return heads.float().train().requires_grad_(True)
 
