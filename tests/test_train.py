@@ -289,6 +289,50 @@ def test_training_is_reproducible_and_a_resumed_run_equals_an_uninterrupted_one(
     )
 
 
+def test_a_checkpoint_resumes_only_under_the_settings_that_wrote_it(
+    data, tiny_target_dir, tmp_path
+):
+    from groundfloor.errors import UserError
+    from groundfloor.models import load_model
+    from train.__main__ import resume_settings
+
+    target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    work, kw = tmp_path / "w", dict(lr=1e-2, warmup=2, ckpt_every=2, eval_every=2)
+    first = {"limit": 12, "drafter": {"name": "medusa", "init": None, "lr": 0.01}}
+    loop.train(_medusa(data, target, 0), work, steps=4, settings=first, **kw)
+    before = (work / "checkpoint.pt").read_bytes()
+    # another run's settings (here: continuing from a saved head) do not resume it
+    other = {"limit": 12, "drafter": {"name": "medusa", "init": "heads/old", "lr": 0.01}}
+    with pytest.raises(UserError, match=r"drafter\.init None → 'heads/old'.*resume=false"):
+        loop.train(_medusa(data, target, 0), work, steps=8, settings=other, **kw)
+    with pytest.raises(UserError, match="drafter.init"):  # the CLI asks before building data
+        loop.check_resume(work, other)
+    assert (work / "checkpoint.pt").read_bytes() == before  # left as it is
+    # its own settings resume it, here for a longer run
+    loop.train(_medusa(data, target, 0), work, steps=6, settings=first, **kw)
+    log = [json.loads(x)["step"] for x in (work / "train_log.jsonl").read_text().splitlines()]
+    assert log == [1, 2, 3, 4, 5, 6]
+    # resume=false trains afresh there: the log and the checkpoint are the new run's
+    loop.train(_medusa(data, target, 0), work, steps=2, settings=other, resume=False, **kw)
+    log = [json.loads(x)["step"] for x in (work / "train_log.jsonl").read_text().splitlines()]
+    assert log == [1, 2]
+    loop.check_resume(work, other)
+    # the CLI's settings: the whole resolved config but the step count, checkpoint interval,
+    # artifact folder and the resume switch
+    cfg = OmegaConf.create(
+        {
+            "out": "a/${drafter.name}",
+            "resume": True,
+            "limit": 3,
+            "drafter": {"name": "eagle3", "steps": 9, "ckpt_every": 2, "init": "x", "lr": 0.1},
+        }
+    )
+    assert resume_settings(cfg) == {
+        "limit": 3,
+        "drafter": {"name": "eagle3", "init": "x", "lr": 0.1},
+    }
+
+
 def test_early_stopping_keeps_the_best_held_out_weights(data, tiny_target_dir, tmp_path):
     from groundfloor.models import load_model
 

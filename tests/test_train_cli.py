@@ -69,6 +69,13 @@ def test_train_command_writes_the_published_layout(drafter, tiny_target_dir, pro
     files = {p.name for p in out.iterdir()}
     assert "config.json" in files
     assert ("model.safetensors" if drafter == "eagle3" else "medusa_lm_head.safetensors") in files
+    # the checkpoint of that run is not resumed by a run of other settings: one line, before
+    # any data is built, and the artifact and checkpoint stay as they are
+    r = train([*args, "drafter.lr=0.5", f"out={tmp_path / 'other'}"], tmp_path)
+    lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert "drafter.lr" in lines[0] and "0.5" in lines[0] and "resume=false" in lines[0]
+    assert not (tmp_path / "other").exists()
     if drafter == "eagle3":  # the saved head on the same held-out split, from the same data
         r = train([*args, f"+heads=[{out}]"], tmp_path, "train.evaluate")
         assert r.returncode == 0, r.stderr[-2000:]

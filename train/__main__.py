@@ -3,7 +3,9 @@
 1. self-distillation data (cached): the target answers the training prompts;
 2. training with checkpoints (resumed when present) and a held-out evaluation;
 3. the artifact in its published layout under `out` (default artifacts/<model>/<drafter>/).
-Checkpoints and logs go to the Hydra run dir under $SPECSWEEP_CACHE/train/<drafter>/.
+Checkpoints and logs go to the Hydra run dir under $SPECSWEEP_CACHE/train/<drafter>/; a run
+resumes the checkpoint there only if it was written with the same settings (the step count and
+checkpoint interval aside), and says so before any data is built otherwise.
 """
 
 from __future__ import annotations
@@ -66,6 +68,18 @@ def training_data(cfg, progress=None) -> tuple[list[dict], dict]:
     return data, stats
 
 
+def resume_settings(cfg: DictConfig) -> dict:
+    """What a checkpoint must have been trained with to be resumed: the resolved config but for
+    where the artifact goes, whether to resume, the step count (a run may be extended) and the
+    checkpoint interval."""
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    for key in ("out", "resume"):
+        settings.pop(key, None)
+    for key in ("steps", "ckpt_every"):
+        settings["drafter"].pop(key, None)
+    return settings
+
+
 def run(cfg: DictConfig) -> None:
 
     from groundfloor.models import load_model
@@ -75,6 +89,9 @@ def run(cfg: DictConfig) -> None:
     spec_cls = spec_class(cfg)
     work = Path(HydraConfig.get().runtime.output_dir)
     out = Path(cfg.out)
+    settings = resume_settings(cfg)
+    if cfg.resume:
+        loop.check_resume(work, settings)
     t0 = time.time()
     with progress_bar(transient=False) as progress:
         data, stats = training_data(cfg, progress)
@@ -96,6 +113,7 @@ def run(cfg: DictConfig) -> None:
             progress,
             d.patience,
             int(d.eval_batches),
+            settings,
         )
     spec.save(out, result)
     (out / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg))

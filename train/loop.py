@@ -6,7 +6,10 @@ batches for "train" or "eval"), `step_loss(batch)` → (loss, per-position loss,
 accuracy) and `save(out)`. Reproducible on the CPU: epoch e shuffles with a generator seeded by
 (seed, e), and a checkpoint stores the epoch, the batches already taken from it, the optimizer,
 schedule, RNG state and the best weights so far, so a resumed run takes exactly the steps an
-uninterrupted one would (tests/test_train.py checks the weights bitwise). Every `eval_every`
+uninterrupted one would (tests/test_train.py checks the weights bitwise). A checkpoint also keeps
+the settings its run was given (`settings`: data, target, drafter, init...; the CLI passes the
+resolved config without the step count), and a run given other settings does not resume it:
+`check_resume` stops with one line naming what differs. Every `eval_every`
 steps the held-out loss (mean over draft positions, first `eval_batches` batches) is measured;
 the best weights are kept, and training stops early after `patience` evaluations without
 improvement. The final report has held-out and training-split accuracy side by side (the gap
@@ -22,6 +25,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from groundfloor.errors import UserError
 
 
 def evaluate(spec, max_batches: int | None = None, split: str = "eval") -> dict:
@@ -68,14 +73,17 @@ def train(
     progress=None,
     patience: int | None = None,
     eval_batches: int = 20,
+    settings: dict | None = None,
 ) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     params, opt, sched = _optimizer(spec, lr, warmup, steps)
     ckpt = out / "checkpoint.pt"
     step, epoch, taken, best, best_state, stale = 0, 0, 0, float("inf"), None, 0
-    if resume and ckpt.exists():
+    resumed = resume and ckpt.exists()
+    if resumed:
+        check_resume(out, settings)
         step, epoch, taken, best, best_state, stale = _restore(ckpt, spec, opt, sched)
-    log = open(out / "train_log.jsonl", "a")
+    log = open(out / "train_log.jsonl", "a" if resumed else "w")
     task = progress.add_task("train", total=steps, completed=step) if progress else None
     stream = _stream(spec, seed, epoch, taken)
     spec.module.train()
@@ -98,7 +106,8 @@ def train(
             what = f"train loss {loss:.3f} top1 {acc.tolist()[0]:.2f}"
             progress.update(task, completed=step, description=what)
         if step % ckpt_every == 0 or step == steps or stopped:
-            _save(ckpt, spec, opt, sched, (step, epoch, taken, best, best_state, stale))
+            counters = (step, epoch, taken, best, best_state, stale)
+            _save(ckpt, spec, opt, sched, counters, settings)
     log.close()
     if best_state is not None:  # the weights of the best held-out evaluation
         spec.module.load_state_dict(best_state)
@@ -160,6 +169,41 @@ def _update(spec, batch, params, opt, sched) -> tuple[float, torch.Tensor]:
 COUNTERS = ("step", "epoch", "taken", "best", "best_state", "stale")  # a checkpoint's progress
 
 
+def check_resume(out: Path, settings: dict | None) -> None:
+    """Stop with one line if `out`'s checkpoint was written by a run given other settings than
+    `settings` (None: no check). Nothing is changed: the checkpoint stays as it is."""
+    ckpt = out / "checkpoint.pt"
+    if settings is None or not ckpt.exists():
+        return
+    had = torch.load(ckpt, weights_only=False, mmap=True).get("settings")
+    if had == settings:
+        return
+    if had is None:
+        what = "a run that did not record its settings"
+    else:
+        keys = sorted(set(_flat(had)) | set(_flat(settings)))
+        diff = [k for k in keys if _flat(had).get(k, "-") != _flat(settings).get(k, "-")]
+        shown = ", ".join(
+            f"{k} {_flat(had).get(k, '-')!r} → {_flat(settings).get(k, '-')!r}" for k in diff[:4]
+        )
+        what = f"other settings ({shown}{', ...' if len(diff) > 4 else ''})"
+    raise UserError(
+        f"the checkpoint {ckpt} was written by {what}; it is left as it is: run with the same "
+        "settings to resume it, or with resume=false to train afresh (it is then overwritten)"
+    )
+
+
+def _flat(d, prefix: str = "") -> dict:
+    """{'a.b': value} for a nested dict of settings."""
+    flat = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            flat.update(_flat(v, f"{prefix}{k}."))
+        else:
+            flat[f"{prefix}{k}"] = v
+    return flat
+
+
 def _restore(ckpt: Path, spec, opt, sched) -> tuple:
     """The module, optimizer, schedule and RNG as the checkpoint left them; its counters."""
     state = torch.load(ckpt, weights_only=False)
@@ -170,8 +214,8 @@ def _restore(ckpt: Path, spec, opt, sched) -> tuple:
     return tuple(state[k] for k in COUNTERS)
 
 
-def _save(ckpt: Path, spec, opt, sched, counters: tuple) -> None:
-    state = {"module": spec.module.state_dict(), "opt": opt.state_dict()}
+def _save(ckpt: Path, spec, opt, sched, counters: tuple, settings: dict | None = None) -> None:
+    state = {"module": spec.module.state_dict(), "opt": opt.state_dict(), "settings": settings}
     state.update(
         sched=sched.state_dict(), rng=torch.get_rng_state(), **dict(zip(COUNTERS, counters))
     )
