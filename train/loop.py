@@ -181,11 +181,9 @@ def check_resume(out: Path, settings: dict | None) -> None:
     if had is None:
         what = "a run that did not record its settings"
     else:
-        keys = sorted(set(_flat(had)) | set(_flat(settings)))
-        diff = [k for k in keys if _flat(had).get(k, "-") != _flat(settings).get(k, "-")]
-        shown = ", ".join(
-            f"{k} {_flat(had).get(k, '-')!r} → {_flat(settings).get(k, '-')!r}" for k in diff[:4]
-        )
+        a, b = _flat(had), _flat(settings)
+        diff = sorted(k for k in a.keys() | b.keys() if a.get(k, "-") != b.get(k, "-"))
+        shown = ", ".join(f"{k} {a.get(k, '-')!r} → {b.get(k, '-')!r}" for k in diff[:4])
         what = f"other settings ({shown}{', ...' if len(diff) > 4 else ''})"
     raise UserError(
         f"the checkpoint {ckpt} was written by {what}; it is left as it is: run with the same "
