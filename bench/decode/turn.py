@@ -30,7 +30,7 @@ class TurnResult:
     verified_tokens: int = 0  # tokens verified after the root (lookahead's window included)
     accepted_tokens: int = 0
     draft_steps: int = 0  # sequential drafter forwards over the turn (Proposal.steps summed)
-    stop: str = "length"
+    stop: str = "budget"  # what ended the turn: "eos", or "budget" (max_new_tokens reached)
     static_bytes: int = 0  # held by the method before the turn (weights, kept indexes)
     state_bytes: int = 0  # the turn's own drafter state (inside the peak delta already)
     # speed.py's recount of the answer text (bench.outputs.answers)

@@ -124,7 +124,7 @@ def generate_whole(
         times_ns=clock.read(),
         target_forwards=state["forwards"],
     )
-    res.stop = "eos" if output and output[-1] in eos_ids else "length"
+    res.stop = "eos" if output and output[-1] in eos_ids else "budget"
     for i, toks in enumerate(streamer.rounds):
         drafted = widths[i] - (len(prompt_ids) if i == 0 else 1) if i < len(widths) else 0
         accepted = len(toks) - 1

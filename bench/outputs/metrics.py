@@ -236,6 +236,61 @@ def _speedup_specbench(x: Scope):
     return specbench_speedup(x.method, x.base)
 
 
+def unit_decode(method: pd.DataFrame, base: pd.DataFrame) -> pd.Series:
+    """Per unit: the median over its quiet pairs (all pairs if none is quiet) of the baseline's
+    TPOT ÷ the method's, TPOT = (wall − TTFT) ÷ (new tokens − 1) (`tpot_s`); pairs without a
+    TPOT on either side (one new token) left out."""
+    both = pairs(
+        method.assign(quiet=_quiet(method).values),
+        base.assign(quiet=_quiet(base).values),
+        extra=["quiet", "tpot_s"],
+    )
+    both = both[(both.tpot_s_m > 0) & (both.tpot_s_b > 0)]
+    both = both.assign(decode=both.tpot_s_b / both.tpot_s_m, both=both.quiet_m & both.quiet_b)
+    return both.groupby(UNIT).apply(
+        lambda g: float((g[g.both] if g.both.any() else g).decode.median()), include_groups=False
+    )
+
+
+@metric(
+    "decode_speedup",
+    doc="speedup with the prefill excluded: median over units of the unit's median pair ratio "
+    "of TPOT (baseline ÷ method, TPOT = (wall − TTFT) ÷ (new − 1)), quiet pairs",
+)
+def _decode_speedup(x: Scope):
+    if "tpot_s" not in x.method or "tpot_s" not in x.base:
+        return None
+    units = unit_decode(x.method, x.base)
+    return float(units.median()) if len(units) else None
+
+
+def unit_loops(x: Scope) -> pd.Series | None:
+    """Per unit of x.speed: does it loop (bench.outputs.loops), on either side in any repeat?
+    At T = 0 an exact method's turn is the baseline's, so this is the baseline's greedy output;
+    at T > 0 a loop sampled by either side counts. None for records without the flag."""
+    if "loop" not in x.method or "loop" not in x.base:
+        return None
+    recs = pd.concat([x.method[UNIT + ["loop"]], x.base[UNIT + ["loop"]]])
+    flag = recs.loop.astype("boolean").fillna(False).astype(bool)
+    looped = flag.groupby([recs[c] for c in UNIT]).any()
+    units = pd.MultiIndex.from_frame(x.speed[UNIT])
+    return pd.Series(looped.reindex(units, fill_value=False).to_numpy(), index=x.speed.index)
+
+
+@metric(
+    "loop_share",
+    "speedup_noloop",
+    doc="share of the units whose turn loops (bench.outputs.loops: either side, any repeat), "
+    "and the speedup (speedup's estimator) over the units without a loop",
+)
+def _loops(x: Scope):
+    looped = unit_loops(x)
+    if looped is None or not len(looped):
+        return None, None
+    rest = x.speed.ratio[~looped]
+    return float(looped.mean()), (float(rest.median()) if len(rest) else None)
+
+
 @metric("disturbed_units", "remeasured", "unclean_units", doc="interference flags")
 def _flags(x: Scope):
     f = flags(x.method)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from bench.outputs.loops import looping
 from engines.cpu import FLAGS_THAT_MATTER, cpu_flags, cpu_kind
 from groundfloor import provenance
 from groundfloor.errors import UserError
@@ -62,6 +63,8 @@ def record(
         "ttft_s": ttft,
         "tpot_s": (wall - ttft) / (new - 1) if new > 1 else None,
         **fields,
+        # the n-gram and periodic-tail rules of bench.outputs.loops, a closing EOS left out
+        "loop": looping(ids[:-1] if res.stop == "eos" else ids),
         "peak_mem_delta_mb": peak / MB if peak is not None else None,
         **{key: verdict.get(key) for key in VERDICT},
         **unit,
@@ -71,13 +74,15 @@ def record(
 
 PHASES = ("prefill", "draft", "verify", "other")  # the clock's spans of a turn (times_ns)
 VERDICT = ("verdict", "first_divergence", "logit_gap", "method_gap", "dist_pvalue")
-RENAMED = {"n_prompt": "prompt_tokens"}
+# stop → stop_reason: what ended the turn, "eos" or "budget" (max_new_tokens; tasks.fit keeps
+# every prompt plus its budget within the model's context, so no turn ends on the context)
+RENAMED = {"n_prompt": "prompt_tokens", "stop": "stop_reason"}
 
 
 def turn_fields(res) -> dict:
     """Every field of a TurnResult under its records.jsonl name, so that a new measurement is
     written with no change here: `*_ns` in seconds as `*_s` (a list element by element),
-    `*_bytes` in MB as `*_mb`, n_prompt as prompt_tokens; times_ns is spread by `record` (one
+    `*_bytes` in MB as `*_mb`, n_prompt as prompt_tokens, stop as stop_reason; times_ns is spread by `record` (one
     column per phase, with wall, time to first token and time per output token)."""
     out = {}
     for f in dataclasses.fields(res):

@@ -2,7 +2,8 @@
 
 A speedup marked † comes from a cell with units that stayed disturbed after re-measurement
 (unclean_units > 0: read it with care); ‡ marks cells where disturbed units were re-measured
-and cleaned. The footer says how many of each.
+and cleaned. The footer says how many of each. ↻ marks a speedup that rests on repetition
+loops (rests_on_loops; docs/metrics.md, *Loops and stop reasons*).
 """
 
 from __future__ import annotations
@@ -38,10 +39,31 @@ def mark(r) -> str:
     return ""
 
 
+def loop_mark(r) -> str:
+    return "↻" if rests_on_loops(r) else ""
+
+
 def _loaded(r, col: str):
     """At batch=B the batch runs' figure (aggregate throughput, its ratio), else the column."""
     batched = getattr(r, f"batch_{col}", None)
     return batched if batched is not None and batched == batched else getattr(r, col)
+
+
+def _num(v) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def rests_on_loops(r) -> bool:
+    """Some units loop and without them the speedup is another: below 1 where the cell's is at
+    least 1, below the cell's 95% interval, or no loop-free unit left."""
+    share = _num(getattr(r, "loop_share", None))
+    if not share:
+        return False
+    free, whole = _num(getattr(r, "speedup_noloop", None)), _num(getattr(r, "speedup", None))
+    low = _num(getattr(r, "speedup_ci_low", None))
+    if free is None:
+        return True
+    return (whole is not None and free < 1 <= whole) or (low is not None and free < low)
 
 
 # (header, the cell of a summary row): the console table, a column in one place
@@ -55,8 +77,11 @@ SUMMARY = [
     ("prompts", lambda r: str(r.n_prompts)),
     ("tok/s", lambda r: _f(_loaded(r, "tokens_per_s"), "{:.1f}")),
     ("base tok/s", lambda r: _f(_loaded(r, "baseline_tokens_per_s"), "{:.1f}")),
-    ("speedup", lambda r: _f(_loaded(r, "speedup"), "{:.2f}×") + mark(r)),
+    ("speedup", lambda r: _f(_loaded(r, "speedup"), "{:.2f}×") + mark(r) + loop_mark(r)),
     ("95% CI", lambda r: f"{_f(r.speedup_ci_low)}–{_f(r.speedup_ci_high)}"),
+    ("decode", lambda r: _f(getattr(r, "decode_speedup", None), "{:.2f}×")),
+    ("loops", lambda r: _f(getattr(r, "loop_share", None), "{:.0%}")),
+    ("no-loop", lambda r: _f(getattr(r, "speedup_noloop", None), "{:.2f}×")),
     ("τ", lambda r: _f(r.tau)),
     ("τ/round", lambda r: _f(r.tau_round)),
     ("α", lambda r: _f(r.acceptance_rate)),
@@ -100,6 +125,12 @@ def print_summary(summary: pd.DataFrame, title: str, console: Console | None = N
             f"interference: {dist} unit(s) disturbed by other work on the machine, "
             f"re-measured; {unclean} still disturbed (†: read that speedup with care; "
             f"‡: cleaned by re-measurement). records.jsonl has the load samples."
+        )
+    looped = [f"{r.method} ({r.task})" for r in rows.itertuples() if rests_on_loops(r)]
+    if looped:
+        console.print(
+            f"↻ the speedup rests on repetition loops (loops: share of units whose turn loops; "
+            f"no-loop: the speedup without them): {', '.join(looped)}"
         )
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench.outputs import records as rec
+from bench.outputs.loops import looping
 from bench.outputs.verdict import first_divergence
 from bench.run import lifecycle
 from bench.serve import client, scrape
@@ -185,7 +186,12 @@ class Cell:
             "sent_s": r.sent - pass_t0,
             "prompt_tokens": r.prompt_tokens,
             "new_tokens": new,
-            "stop": {"stop": "eos", "length": "length"}.get(r.finish_reason, r.finish_reason),
+            # the server's finish_reason in our words (records.RENAMED): stop → eos, length →
+            # budget; any other reason as the server gave it
+            "stop_reason": {"stop": "eos", "length": "budget"}.get(
+                r.finish_reason, r.finish_reason
+            ),
+            "loop": looping(ids),  # ids: the text re-encoded, so no EOS among them
             "wall_s": wall,
             "ttft_s": ttft,
             "tpot_s": (r.chunk_times[-1] - r.chunk_times[0]) / (new - 1)
