@@ -18,7 +18,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from bench.run.config import ALIAS_NOTE, backend, check_overrides, register
+from bench.run.config import (
+    ALIAS_NOTE,
+    backend,
+    check_overrides,
+    method_knob_overrides,
+    register,
+)
 from groundfloor.errors import UserError
 from groundfloor.paths import CONF, writable_dir
 from groundfloor.progress import progress_bar
@@ -190,7 +196,7 @@ if __name__ == "__main__":
     try:
         check_overrides(sys.argv[1:])
         refuse_shared_cpu(sys.argv[1:])
-        sys.argv[1:] = sweep_axes(sys.argv[1:])
+        sys.argv[1:] = method_knob_overrides(sweep_axes(sys.argv[1:]))
         writable_dir(*output_dir(sys.argv[1:]))  # before Hydra makes it, and before any load
     except UserError as e:
         fail(str(e))

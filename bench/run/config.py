@@ -148,10 +148,7 @@ def check_overrides(argv: list[str]) -> None:
     """Refuse unknown group options, top-level keys, values of the wrong type and unknown
     method knobs before Hydra prints a multi-line error."""
     known = set(RunConfig.__dataclass_fields__) | set(GROUPS)
-    methods = ["ngram"]
-    for arg in argv:
-        if arg.startswith("method="):
-            methods = arg.split("=", 1)[1].split(",")
+    methods = swept_methods(argv)
     for arg in argv:
         if arg.startswith("-") or "=" not in arg:
             continue
@@ -178,6 +175,42 @@ def check_overrides(argv: list[str]) -> None:
             except ValueError:
                 words = KINDS[kind] + (" or auto" if key == "k" else "")
                 raise UserError(f"{key}={v!r} is not valid; {key} takes {words}")
+
+
+def default_method() -> str:
+    """The method conf/config.yaml's defaults list composes when no method= is given."""
+    import yaml
+
+    defaults = yaml.safe_load((CONF / "config.yaml").read_text())["defaults"]
+    return next(d["method"] for d in defaults if isinstance(d, dict) and "method" in d)
+
+
+def swept_methods(argv: list[str]) -> list[str]:
+    """The methods a command runs: its method= values (a sweep's list), else the default."""
+    methods = [default_method()]
+    for arg in argv:
+        if arg.startswith("method="):
+            methods = arg.split("=", 1)[1].split(",")
+    return methods
+
+
+def method_knob_overrides(argv: list[str]) -> list[str]:
+    """`method.<knob>=v` as `++method.<knob>=v` where the default method's YAML lacks the knob.
+
+    A multirun composes the config once with the sweep's own overrides left out, the default
+    method in its place, before any job: `-m method=eagle,eagle3 method.top_k=1` then failed
+    with Hydra's "Key 'top_k' is not in struct" (ngram has no top_k), though both swept methods
+    have it. `++` sets the knob whether or not the node holds it; check_method_knob has already
+    refused a knob some swept method lacks, in one line, so no job gets a knob its method does
+    not read. Knobs the default has stay as written (a sweep's folder hash reads the argv)."""
+    own = method_defaults(default_method())
+    out = []
+    for arg in argv:
+        key = arg.split("=", 1)[0]
+        if "=" in arg and key.startswith("method.") and key[7:].split(".")[0] not in own:
+            arg = "++" + arg
+        out.append(arg)
+    return out
 
 
 def method_defaults(name: str) -> dict:
