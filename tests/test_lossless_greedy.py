@@ -9,15 +9,31 @@ from helpers import build, engine_of, make_ctx, method, prompts, run, tiny_knobs
 from methods.registry import method_names
 
 
+BASELINES = ("ar", "hf_ar")  # they draft nothing: what every other method is checked against
+# a GPU-like cost curve (a verify's extra rows nearly free): k=auto's sizing drafts on it. On the
+# tiny model's own provisional curve a random EAGLE head's trees never pay, and every round,
+# even forced (force_drafting lifts the plain-round switch, not the sizing), drafts no node.
+FLAT = {1: 0.010, 2: 0.010, 4: 0.010, 8: 0.0102, 16: 0.0105, 64: 0.012}
+
+
 @pytest.mark.parametrize("name", method_names())
 def test_every_method_reproduces_its_baseline(env, name):
     """Every method of conf/method/, with its YAML's tiny-model knobs and conftest's random
     drafters, greedy: token for token the plain baseline of its engine (`ar`; `hf_ar` for
-    transformers' generate() peers). A new method is covered by its file and its YAML alone."""
+    transformers' generate() peers). A new method is covered by its file and its YAML alone.
+    Every method but the baselines must draft here (k=auto on a curve where drafting pays, its
+    plain-round switch forced off as the run's own cost measure does): a method that never
+    drafts reproduces its baseline trivially."""
     base = build(env, "hf_ar" if engine_of(name) == "hf" else "ar", {})
     m = build(env, name, tiny_knobs(name))
+    m.calibrate(FLAT)
+    m.force_drafting(True)
+    drafted = 0
     for p in prompts(3, seed=7):
-        assert run(m, p, n=24).output_ids == run(base, p, n=24).output_ids
+        res = run(m, p, n=24)
+        assert res.output_ids == run(base, p, n=24).output_ids
+        drafted += res.drafted_tokens
+    assert (drafted > 0) == (name not in BASELINES), f"{name} drafted {drafted} tokens"
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 8])
@@ -90,7 +106,8 @@ def test_stops_at_eos_and_budget(target):
     assert a.output_ids == b.output_ids == full.output_ids[:cut]
     assert a.stop == b.stop == "eos"
     for n in (1, 2, 7):
-        assert len(run(ng, p, n=n).output_ids) == n
+        res = run(ng, p, n=n)
+        assert len(res.output_ids) == n and res.stop == "budget"
 
 
 def test_ar_tau_is_one(target):
