@@ -517,9 +517,10 @@ def test_a_run_records_and_summarises_the_chosen_k(tiny_target_dir, tmp_path):
     row = summary.iloc[0]
     hist = dict(tuple(map(int, kv.split(":"))) for kv in row.k_hist.split())
     assert sum(hist.values()) == sum(len(r["round_k"]) for r in method_recs)
-    mean = sum(k * c for k, c in hist.items()) / sum(hist.values())
-    assert row.mean_k == pytest.approx(mean, abs=1e-3)
-    assert row.plain_rounds == pytest.approx(hist.get(0, 0) / sum(hist.values()), abs=1e-3)
+    # the mean and the plain share against hand-computed values: test_metrics.py
+    # (test_chosen_k_histogram_mean_and_plain_share); here, that they read these rounds
+    assert min(hist) <= row.mean_k <= max(hist) and 0 <= row.plain_rounds <= 1
+    assert (row.plain_rounds > 0) == (0 in hist)
     env = json.loads((tmp_path / "env.json").read_text())
     auto = env["method_info"]["auto"]
     assert auto["round_ms"] > 0  # the lookup's cost, measured on the warm-up turn

@@ -56,6 +56,12 @@ def test_run_writes_every_output(tiny_target_dir, tmp_path):
     recs = [json.loads(line) for line in open(out / "records.jsonl")]
     assert len(recs) == 2 * 2 * 2  # prompts × roles × repeats (code is single-turn)
     assert {r["role"] for r in recs} == {"baseline", "method"}
+    # 12 new tokens unless an EOS came first; the loop flag on every turn, and its summary
+    for r in recs:
+        assert r["stop_reason"] in ("eos", "budget"), r
+        assert r["stop_reason"] == "eos" or r["new_tokens"] == 12, r
+        assert isinstance(r["loop"], bool)
+    assert 0 <= s.loop_share.iloc[0] <= 1 and s.decode_speedup.iloc[0] > 0
     env = json.loads((out / "env.json").read_text())
     assert env["device"] == "cpu" and env["torch"]
     assert "speedup" in p.stdout
@@ -101,6 +107,42 @@ def test_sweep_runs_each_job(tiny_target_dir, tmp_path):
     assert sorted(pd.read_csv(s).k.iloc[0] for s in sums) == [2, 4]
 
 
+SWEEP_KNOB = ["-m", "method=eagle,eagle3", "method.top_k=1"]  # ngram, the default, has no top_k
+
+
+def test_a_sweep_composes_a_knob_the_default_method_lacks():
+    """Hydra composes a multirun once before any job with the sweep's own overrides left out
+    (the default method in their place), then each job: both, as its sweeper does, with the
+    overrides as `python -m bench` hands them over."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.errors import ConfigCompositionException
+    from hydra.types import RunMode
+
+    from bench.run.config import method_knob_overrides, register
+    from groundfloor.paths import CONF
+
+    register()
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONF)))
+    with pytest.raises(ConfigCompositionException):  # as given: Hydra's "not in struct"
+        loader.load_configuration("config", SWEEP_KNOB[1:], RunMode.MULTIRUN)
+    argv = method_knob_overrides(SWEEP_KNOB[1:])
+    assert argv == ["method=eagle,eagle3", "++method.top_k=1"]
+    master = loader.load_configuration("config", argv, RunMode.MULTIRUN)
+    for name in ("eagle", "eagle3"):
+        job = loader.load_sweep_config(master, [f"method={name}", *argv[1:]])
+        assert job.method.name == name and job.method.top_k == 1
+    # a knob the default method has goes as written (a sweep folder's hash reads the argv)
+    assert method_knob_overrides(["method.k=2", "+method.x=1"]) == ["method.k=2", "+method.x=1"]
+
+
+def test_a_sweep_with_such_a_knob_reaches_its_jobs(tmp_path):
+    """From the command line: past Hydra's composition into the first job, whose own check
+    (repeats=0 here, so that nothing loads) is the one line printed."""
+    p = bench(*SWEEP_KNOB, "repeats=0", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    one_clear_line(p.returncode, p.stderr, "repeats=0 is not valid")
+
+
 # end to end: a sample of each path a bad value can take (Hydra's overrides, validate(), a
 # method's own checks, model loading); every rule and knob has its in-process case in
 # tests/test_knobs.py
@@ -137,6 +179,12 @@ BAD = [
         "method.foo: ngram has no knob 'foo'; its knobs: k, max_k, fixed_k, min_n, max_n",
     ),
     (["method=medusa", "method.num_heads=two"], "method.num_heads='two' is not valid for medusa"),
+    # a sweep's knob: every swept method must have it (the default method need not)
+    (
+        ["-m", "method=eagle,eagle3", "method.foo=1"],
+        "method.foo: eagle has no knob 'foo'; its knobs: k, max_k, fixed_k, heads, top_k",
+    ),
+    (["-m", "method=eagle,ngram", "method.top_k=1"], "method.top_k: ngram has no knob 'top_k'"),
     (["model.kernel=onednn", "model.weights=int4"], "model.kernel=onednn runs float32 weights"),
     (
         ["model.weights=int3"],

@@ -173,13 +173,12 @@ def round_records(rounds: dict[str, list[int]], depth: int = 4) -> pd.DataFrame:
 def test_drafting_metrics_and_their_identities():
     rounds = {"p1": [4, 0, 2, 1], "p2": [3, 3, 0]}
     r = summarize(round_records(rounds)).iloc[0]
-    acc = [a for v in rounds.values() for a in v]
-    assert r.accepted_per_round == pytest.approx(sum(acc) / len(acc))
-    assert r.tau_round == pytest.approx(1 + sum(acc) / len(acc))
+    # by hand: 7 rounds accepted 4 + 0 + 2 + 1 + 3 + 3 + 0 = 13 drafts; a_r >= 1 in 5 of them,
+    # >= 2 in 4 (4, 2, 3, 3), >= 3 in 3 (4, 3, 3), >= 4 in 1
+    assert r.accepted_per_round == pytest.approx(13 / 7)
+    assert r.tau_round == pytest.approx(20 / 7)
     marginal = json.loads(r.alpha_marginal)
-    assert marginal == pytest.approx(
-        [sum(a >= i for a in acc) / len(acc) for i in (1, 2, 3, 4)], abs=1e-4
-    )
+    assert marginal == pytest.approx([5 / 7, 4 / 7, 3 / 7, 1 / 7], abs=1e-4)
     assert 1 + sum(marginal) == pytest.approx(r.tau_round, abs=1e-3)  # the identity
     assert json.loads(r.accept_hist) == [2, 1, 1, 2, 1]
     assert json.loads(r.accept_by_depth) == {"4": pytest.approx(13 / 7, abs=1e-4)}
@@ -313,3 +312,93 @@ def test_draft_step_cost_reads_the_steady_rounds_when_recorded():
     df["round_draft_s"] = [[0.05, 0.0, 0.003, 0.0, 0.005] if m else [] for m in method]
     r = summarize(df, costs).iloc[0]
     assert r.draft_step_cost == pytest.approx(0.004 / 0.01)
+
+
+def test_chosen_k_histogram_mean_and_plain_share():
+    """k=auto's sizes per round, by hand: rounds 0, 0, 3, 1 and 4, 0 → mean 8/6, 3 of 6 plain."""
+    df = records()
+    method = df.role == "method"
+    df["round_k"] = [([0, 0, 3, 1] if p == "p1" else [4, 0]) if m else None
+                     for m, p in zip(method, df.prompt_id)]  # fmt: skip
+    r = summarize(df[df.repeat == 0]).iloc[0]
+    assert r.k_hist == "0:3 1:1 3:1 4:1"
+    assert r.mean_k == pytest.approx(8 / 6, abs=1e-3) and r.plain_rounds == pytest.approx(0.5)
+
+
+def test_decode_speedup_leaves_the_prefill_out():
+    """One unit, both sides 1 s to the first token; then 10 tokens in 1 s (baseline) and in
+    0.5 s (method): end to end 2.0 ÷ 1.5 s, the decode alone twice as fast."""
+    rows = [rec("baseline", "p1", 0, 11, 2.0, 11), rec("method", "p1", 0, 11, 1.5, 6)]
+    for row in rows:
+        row["ttft_s"] = 1.0
+        row["tpot_s"] = (row["wall_s"] - 1.0) / 10
+    r = summarize(pd.DataFrame(rows)).iloc[0]
+    assert r.speedup == pytest.approx(4 / 3)
+    assert r.decode_speedup == pytest.approx(2.0)
+    # records()'s two units (TTFT 0.1 s each side): per pair (wall_b − 0.1) ÷ (wall_m − 0.1);
+    # p1: 1.9/0.9 and 2.1/0.9 → 2.0/0.9; p2: 3.9/0.9 and 3.7/0.9 → 3.8/0.9; their median 2.9/0.9
+    assert summarize(records()).iloc[0].decode_speedup == pytest.approx(2.9 / 0.9)
+
+
+def loop_records(loops: dict, ratios: dict) -> pd.DataFrame:
+    """One unit per prompt, two repeats, pair ratio `ratios[pid]`; loops[pid]: (role, repeat)
+    of the records that loop."""
+    rows = []
+    for pid, ratio in ratios.items():
+        for rep in (0, 1):
+            for role, wall in (("baseline", 1.0), ("method", 1.0 / ratio)):
+                row = rec(role, pid, rep, 20, wall, 20)
+                row["loop"] = (role, rep) in loops.get(pid, ())
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_loop_share_and_the_speedup_without_loops():
+    """Units p1 (4.0×), p2 (1.2×), p3 (0.9×): p1's baseline loops in repeat 0 only (a unit
+    loops when any of its records does), so loop_share = 1/3 and speedup_noloop is the median
+    of 1.2 and 0.9; a loop the method alone sampled (T > 0) counts too."""
+    ratios = {"p1": 4.0, "p2": 1.2, "p3": 0.9}
+    r = summarize(loop_records({"p1": [("baseline", 0)]}, ratios)).iloc[0]
+    assert r.speedup == pytest.approx(1.2)
+    assert r.loop_share == pytest.approx(1 / 3) and r.speedup_noloop == pytest.approx(1.05)
+    r = summarize(loop_records({"p1": [("method", 1)], "p2": [("method", 0)]}, ratios)).iloc[0]
+    assert r.loop_share == pytest.approx(2 / 3) and r.speedup_noloop == pytest.approx(0.9)
+    every = {p: [("baseline", 0)] for p in ratios}
+    r = summarize(loop_records(every, ratios)).iloc[0]
+    assert r.loop_share == pytest.approx(1.0) and pd.isna(r.speedup_noloop)
+    r = summarize(loop_records({}, ratios)).iloc[0]
+    assert r.loop_share == 0 and r.speedup_noloop == pytest.approx(1.2)
+    old = summarize(records()).iloc[0]  # records written before the flag: no figure
+    assert pd.isna(old.loop_share) and pd.isna(old.speedup_noloop)
+
+
+def test_the_console_marks_a_speedup_that_rests_on_loops():
+    """↻ where units loop and without them the speedup is another: below 1 where the cell's is
+    at least 1, below the cell's 95% interval, or no loop-free unit left; not otherwise."""
+    from types import SimpleNamespace as Row
+
+    from rich.console import Console
+
+    from bench.outputs.table import print_summary, rests_on_loops
+
+    def row(share, free, whole=1.3, low=1.1):
+        return Row(loop_share=share, speedup_noloop=free, speedup=whole, speedup_ci_low=low)
+
+    assert rests_on_loops(row(0.25, 0.95))  # loses without its loops
+    assert rests_on_loops(row(0.25, 1.05))  # below the interval [1.1, …]
+    assert rests_on_loops(row(1.0, float("nan")))  # every unit loops
+    assert not rests_on_loops(row(0.25, 1.2))  # inside the interval, above 1
+    assert not rests_on_loops(row(0.0, 0.5))  # no loop: the figure is the speedup's own
+    assert not rests_on_loops(row(float("nan"), 0.5))  # records without the flag
+    assert not rests_on_loops(row(0.25, 0.9, whole=0.95, low=0.85))  # a loss either way
+    ratios = {"p1": 4.0, "p2": 1.2, "p3": 0.9}
+    looped = {"p1": [("baseline", 0)], "p2": [("method", 1)]}  # 1.2× with, 0.9× without them
+    console = Console(record=True, width=400)
+    print_summary(summarize(loop_records(looped, ratios)), "t", console)
+    text = console.export_text()
+    assert "1.20×↻" in text and "67%" in text and "0.90×" in text
+    assert "↻ the speedup rests on repetition loops" in text and "ngram (code)" in text
+    for fine in ({}, {"p1": [("baseline", 0)]}):  # none; p1 alone: 1.05×, in [0.9, 4.0]
+        console = Console(record=True, width=400)
+        print_summary(summarize(loop_records(fine, ratios)), "t", console)
+        assert "↻" not in console.export_text()
