@@ -8,7 +8,6 @@ from helpers import build, engine_of, make_ctx, method, prompts, run, tiny_knobs
 
 from methods.registry import method_names
 
-
 BASELINES = ("ar", "hf_ar")  # they draft nothing: what every other method is checked against
 # a GPU-like cost curve (a verify's extra rows nearly free): k=auto's sizing drafts on it. On the
 # tiny model's own provisional curve a random EAGLE head's trees never pay, and every round,

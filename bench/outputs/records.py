@@ -82,8 +82,9 @@ RENAMED = {"n_prompt": "prompt_tokens", "stop": "stop_reason"}
 def turn_fields(res) -> dict:
     """Every field of a TurnResult under its records.jsonl name, so that a new measurement is
     written with no change here: `*_ns` in seconds as `*_s` (a list element by element),
-    `*_bytes` in MB as `*_mb`, n_prompt as prompt_tokens, stop as stop_reason; times_ns is spread by `record` (one
-    column per phase, with wall, time to first token and time per output token)."""
+    `*_bytes` in MB as `*_mb`, n_prompt as prompt_tokens, stop as stop_reason; times_ns is
+    spread by `record` (one column per phase, with wall, time to first token and time per
+    output token)."""
     out = {}
     for f in dataclasses.fields(res):
         name, value = RENAMED.get(f.name, f.name), getattr(res, f.name)
