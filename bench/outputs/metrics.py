@@ -247,9 +247,8 @@ def unit_decode(method: pd.DataFrame, base: pd.DataFrame) -> pd.Series:
     )
     both = both[(both.tpot_s_m > 0) & (both.tpot_s_b > 0)]
     both = both.assign(decode=both.tpot_s_b / both.tpot_s_m, both=both.quiet_m & both.quiet_b)
-    return both.groupby(UNIT).apply(
-        lambda g: float((g[g.both] if g.both.any() else g).decode.median()), include_groups=False
-    )
+    units = [(g[g.both] if g.both.any() else g).decode.median() for _, g in both.groupby(UNIT)]
+    return pd.Series(units, dtype=float)
 
 
 @metric(
