@@ -71,7 +71,8 @@ def run(cfg: DictConfig) -> None:
         f"{cfg.model.name} · {row.get('device', '?')} · engine="
         f"{row.get('engine', '?')} · weights={row.get('weights', '?')} · "
         f"dtype={row.get('dtype', '?')} · {out}{partial}{skipped}",
-        Console(width=None if sys.stdout.isatty() else 200),
+        # a log's width: the summary's widest row (a long k=auto label, the loop columns) whole
+        Console(width=None if sys.stdout.isatty() else 240),
     )
     if runner is not None:
         print(outside_line(runner.setup_s), file=sys.stderr)
