@@ -163,13 +163,17 @@ class Method:
             self.record_auto()
         return False
 
-    def ready(self) -> None:
+    def ready(self, key: tuple | None = None) -> None:
         """Before a turn (untimed): a k=auto policy the run has not calibrated yet (a method
         driven without the runner's warm-up: tests, tools) plans with the engine's curve, or
         a quick one (methods.budget.provisional). Constructors never time the engine; the run
-        calibrates once, after warm-up (calibrate)."""
+        calibrates once, after warm-up (calibrate). `key` (the turn's prompt ids): a turn seen
+        before starts from the policy's state when it was first seen (Policy.enter), so each
+        repeat of a prompt starts where repeat 0 started, not tuned by it to its own text."""
         if self.auto is not None and self.auto.costs is None:
             self.auto.calibrate(budget.provisional(self.target))
+        if self.auto is not None and key is not None:
+            self.auto.enter(key)
 
     def record_auto(self) -> None:
         """k=auto's measured inputs (drafter cost per step and per round, its limits) in the

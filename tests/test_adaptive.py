@@ -488,6 +488,45 @@ def test_medusa_with_auto_reproduces_ar(target, tmp_path):
         assert all(k <= m.layout.size for k in res.round_k)
 
 
+# --- each repeat of a turn starts from the state repeat 0 started from ---------------------
+
+
+def as_data(x):
+    """A policy's state as plain values (an object by its fields), so two states compare."""
+    if isinstance(x, dict):
+        return {str(k): as_data(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [as_data(v) for v in x]
+    if hasattr(x, "__dict__"):
+        return {"class": type(x).__name__, **as_data(vars(x))}
+    return x
+
+
+@pytest.mark.parametrize("name", ["ngram", "draft"])
+def test_a_repeat_starts_from_the_state_its_first_measurement_started_from(
+    target, near_draft_dir, name
+):
+    """Rates, the drafting switch and the costs' refits are learned from rounds; a turn met
+    again (a measurement repeat) starts from the policy as it stood when that turn first
+    started, whatever was decoded in between (before: repeat 1 started tuned to its text)."""
+    ctx = make_ctx(target, "auto")
+    m = method(name, ctx, **({"model": str(near_draft_dir)} if name == "draft" else {}))
+    m.calibrate(CPU, (0.001, 0.0))
+    p, q = prompts(2, seed=9)
+    m.ready(tuple(p))
+    first = as_data(m.auto.state())
+    run(m, p, n=24)
+    run(m, q, n=24)
+    learned = as_data(m.auto.state())
+    assert learned != first  # two turns moved it
+    m.ready(tuple(p))
+    assert as_data(m.auto.state()) == first
+    m.ready(tuple(q))  # q first started after p's turn: from there, not from now
+    assert as_data(m.auto.state()) not in (first, learned)
+    m.calibrate(CPU, (0.001, 0.0))  # new costs: the states remembered on the old ones go
+    assert not m.auto.snapshots
+
+
 # --- a run: recorded, summarised, lossless at T = 1 -------------------------------------------
 
 

@@ -4,10 +4,14 @@ policy shares: the run's costs, set by `calibrate`, and their summary."""
 from __future__ import annotations
 
 import bisect
+import copy
+from collections import OrderedDict
 
 AUTO = "auto"  # the value of k that turns the policy on
 VERIFY_MEAN = 0.9  # weight of the past in the loop's verify means (about ten rounds)
 SCALE_MIN, SCALE_MAX = 0.5, 5.0  # the range the loop's measured verify scale is kept in
+SNAPSHOTS = 256  # turns whose starting policy is remembered (their repeats restore it)
+UNSAVED = ("forced", "snapshots")  # a run's switch and the store itself: not learned state
 
 
 class Costs:
@@ -111,6 +115,39 @@ class Policy:
 
     def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
         self.costs = Costs(curve, step_s, round_s, overhead_s)
+        self.snapshots = OrderedDict()  # states remembered on other costs describe no turn now
+
+    # --- a repeat starts where its first measurement started (as suffix's and recycling's
+    # cross-turn state does): without it repeat 1 of a prompt started with the rates, the
+    # on/off switch and the refits repeat 0 had learned on that very text ---
+    def _shared(self) -> dict:
+        """deepcopy's memo for what a state shares and never copies: batch=B's curve, which
+        reads the other sequences' seats (engines.probe.BatchCurve)."""
+        batch = getattr(self.costs, "batch", None)
+        return {} if batch is None else {id(batch): batch}
+
+    def state(self) -> dict:
+        """A copy of everything the policy learns from rounds (rates, the drafting switch and
+        its probes, the costs' refits), to hand to `restore`."""
+        mine = {k: v for k, v in vars(self).items() if k not in UNSAVED}
+        return copy.deepcopy(mine, self._shared())
+
+    def restore(self, saved: dict) -> None:
+        """Back to a `state()` (copied again: the saved one stays as it was)."""
+        vars(self).update(copy.deepcopy(saved, self._shared()))
+
+    def enter(self, key: tuple) -> None:
+        """A turn whose prompt is `key` starts (untimed, methods.base.Method.ready): restore
+        the state its first measurement started from, or remember this one (the SNAPSHOTS
+        most recent turns; `calibrate` forgets them all)."""
+        snaps = vars(self).setdefault("snapshots", OrderedDict())
+        if key in snaps:
+            snaps.move_to_end(key)
+            self.restore(snaps[key])
+            return
+        snaps[key] = self.state()
+        while len(snaps) > SNAPSHOTS:
+            snaps.popitem(last=False)
 
     def cost_summary(self) -> dict:
         c = self.costs
