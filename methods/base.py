@@ -13,9 +13,11 @@ proofs: docs/sampling.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+from omegaconf import OmegaConf
 
 from groundfloor.errors import UserError
 from groundfloor.sampling import accept_chain, accept_greedy, next_token, probs
@@ -88,6 +90,14 @@ class Method:
         self.target = ctx.target  # an engines.base.Engine
         if cfg is not None and "max_k" in cfg:
             self.max_k()
+        one = cfg.get("alpha1_forced") if cfg is not None else None
+        self.need(
+            one is None or (isinstance(one, Mapping) and all(k in cfg for k in one)),
+            "alpha1_forced",
+            OmegaConf.to_container(one) if OmegaConf.is_config(one) else one,
+            "use null or a mapping of this method's own knobs (those that draft one token "
+            "every round: bench.run.forced)",
+        )
         fixed = cfg.get("fixed_k") if cfg is not None else None
         self.need(
             fixed is None or (isinstance(fixed, int) and fixed >= 1),
