@@ -186,8 +186,9 @@ class Method:
             self.auto.enter(key)
 
     def record_auto(self) -> None:
-        """k=auto's measured inputs (drafter cost per step and per round, its limits) in the
-        method's info, which the run stores in env.json."""
+        """k=auto's policy in the method's info, which the run stores in env.json: what the run
+        measured (the curve's c(1), the drafter's cost per step and per round), its limits,
+        its priors and constants, and what it has learned so far (Policy.summary)."""
         if not hasattr(self, "info"):
             self.info = {}
         self.info["auto"] = self.auto.summary()

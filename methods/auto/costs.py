@@ -149,14 +149,49 @@ class Policy:
         while len(snaps) > SNAPSHOTS:
             snaps.popitem(last=False)
 
-    def cost_summary(self) -> dict:
+    def summary(self) -> dict:
+        """env.json's `method_info.auto` (and `auto_end`, as the measured turns left it), kept
+        apart by where each number comes from: `measured` (what the run timed: the curve's c(1)
+        as anchored after warm-up, the drafter's seconds per step and per round, the loop's
+        overhead), `limits` (the largest draft a round may choose), `priors` (where each
+        learned quantity starts before the run's rounds: assumed or from training, never
+        measured here), `learned` (those quantities now, from the rounds: at `auto`, after
+        calibration, still the priors) and `constants` (the rule's fixed numbers)."""
         c = self.costs
-        return {
-            # the level used: c(1) as the loop's plain verifies have moved it (Costs.level)
-            "c1_ms": None if c is None else round(c.verify(1) * c.level() * 1e3, 3),
-            "step_ms": None if c is None else round(c.step_s * 1e3, 3),
-            "round_ms": None if c is None else round(c.round_s * 1e3, 3),
-            "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
-            "extra": None if c is None else round(c.extra, 3),  # ρ when the summary was taken
-            "verify_scale": None if c is None else round(c.verify_scale, 3),
+        ms = (lambda v: None) if c is None else (lambda v: round(v * 1e3, 3))  # noqa: E731
+        measured = {
+            "c1_ms": ms(c.verify(1)) if c else None,
+            "step_ms": ms(c.step_s) if c else None,
+            "round_ms": ms(c.round_s) if c else None,
+            "overhead_ms": ms(c.overhead_s) if c else None,
         }
+        learned = {
+            "rho": None if c is None else round(c.extra, 3),  # measured ÷ modelled drafting
+            "verify_scale": None if c is None else round(c.verify_scale, 3),
+            "level": None if c is None else round(c.level(), 3),  # loop's plain verify ÷ c(1)
+        }
+        return {
+            "measured": measured,
+            "limits": self.limits(),
+            "priors": {"rho": 1.0, "verify_scale": 1.0, "level": 1.0, **self.priors()},
+            "learned": {**learned, **self.learned()},
+            "constants": {
+                "VERIFY_MEAN": VERIFY_MEAN,
+                "SCALE_MIN": SCALE_MIN,
+                "SCALE_MAX": SCALE_MAX,
+                **self.constants(),
+            },
+        }
+
+    # each policy's own parts of its summary
+    def limits(self) -> dict:
+        return {}
+
+    def priors(self) -> dict:
+        return {}
+
+    def learned(self) -> dict:
+        return {}
+
+    def constants(self) -> dict:
+        return {}
