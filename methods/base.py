@@ -13,9 +13,11 @@ proofs: docs/sampling.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+from omegaconf import OmegaConf
 
 from groundfloor.errors import UserError
 from groundfloor.sampling import accept_chain, accept_greedy, next_token, probs
@@ -88,6 +90,14 @@ class Method:
         self.target = ctx.target  # an engines.base.Engine
         if cfg is not None and "max_k" in cfg:
             self.max_k()
+        one = cfg.get("alpha1_forced") if cfg is not None else None
+        self.need(
+            one is None or (isinstance(one, Mapping) and all(k in cfg for k in one)),
+            "alpha1_forced",
+            OmegaConf.to_container(one) if OmegaConf.is_config(one) else one,
+            "use null or a mapping of this method's own knobs (those that draft one token "
+            "every round: bench.run.forced)",
+        )
         fixed = cfg.get("fixed_k") if cfg is not None else None
         self.need(
             fixed is None or (isinstance(fixed, int) and fixed >= 1),
@@ -163,17 +173,22 @@ class Method:
             self.record_auto()
         return False
 
-    def ready(self) -> None:
+    def ready(self, key: tuple | None = None) -> None:
         """Before a turn (untimed): a k=auto policy the run has not calibrated yet (a method
         driven without the runner's warm-up: tests, tools) plans with the engine's curve, or
         a quick one (methods.budget.provisional). Constructors never time the engine; the run
-        calibrates once, after warm-up (calibrate)."""
+        calibrates once, after warm-up (calibrate). `key` (the turn's prompt ids): a turn seen
+        before starts from the policy's state when it was first seen (Policy.enter), so each
+        repeat of a prompt starts where repeat 0 started, not tuned by it to its own text."""
         if self.auto is not None and self.auto.costs is None:
             self.auto.calibrate(budget.provisional(self.target))
+        if self.auto is not None and key is not None:
+            self.auto.enter(key)
 
     def record_auto(self) -> None:
-        """k=auto's measured inputs (drafter cost per step and per round, its limits) in the
-        method's info, which the run stores in env.json."""
+        """k=auto's policy in the method's info, which the run stores in env.json: what the run
+        measured (the curve's c(1), the drafter's cost per step and per round), its limits,
+        its priors and constants, and what it has learned so far (Policy.summary)."""
         if not hasattr(self, "info"):
             self.info = {}
         self.info["auto"] = self.auto.summary()

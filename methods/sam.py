@@ -147,10 +147,10 @@ class Sam(TreeMethod):
         super().calibrate(costs, (0.0, *drafting[1:]))  # its own drafting is a lookup
         return self.fallback.calibrate(costs, drafting) if self.fallback else False
 
-    def ready(self) -> None:
-        super().ready()
+    def ready(self, key: tuple | None = None) -> None:
+        super().ready(key)
         if self.fallback is not None:
-            self.fallback.ready()
+            self.fallback.ready(key)
 
     def learn(self, proposal, acc, seconds=None, verify_s=None) -> None:
         if proposal.bucket is not None:  # a round the automaton drafted

@@ -488,6 +488,45 @@ def test_medusa_with_auto_reproduces_ar(target, tmp_path):
         assert all(k <= m.layout.size for k in res.round_k)
 
 
+# --- each repeat of a turn starts from the state repeat 0 started from ---------------------
+
+
+def as_data(x):
+    """A policy's state as plain values (an object by its fields), so two states compare."""
+    if isinstance(x, dict):
+        return {str(k): as_data(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [as_data(v) for v in x]
+    if hasattr(x, "__dict__"):
+        return {"class": type(x).__name__, **as_data(vars(x))}
+    return x
+
+
+@pytest.mark.parametrize("name", ["ngram", "draft"])
+def test_a_repeat_starts_from_the_state_its_first_measurement_started_from(
+    target, near_draft_dir, name
+):
+    """Rates, the drafting switch and the costs' refits are learned from rounds; a turn met
+    again (a measurement repeat) starts from the policy as it stood when that turn first
+    started, whatever was decoded in between (before: repeat 1 started tuned to its text)."""
+    ctx = make_ctx(target, "auto")
+    m = method(name, ctx, **({"model": str(near_draft_dir)} if name == "draft" else {}))
+    m.calibrate(CPU, (0.001, 0.0))
+    p, q = prompts(2, seed=9)
+    m.ready(tuple(p))
+    first = as_data(m.auto.state())
+    run(m, p, n=24)
+    run(m, q, n=24)
+    learned = as_data(m.auto.state())
+    assert learned != first  # two turns moved it
+    m.ready(tuple(p))
+    assert as_data(m.auto.state()) == first
+    m.ready(tuple(q))  # q first started after p's turn: from there, not from now
+    assert as_data(m.auto.state()) not in (first, learned)
+    m.calibrate(CPU, (0.001, 0.0))  # new costs: the states remembered on the old ones go
+    assert not m.auto.snapshots
+
+
 # --- a run: recorded, summarised, lossless at T = 1 -------------------------------------------
 
 
@@ -523,10 +562,14 @@ def test_a_run_records_and_summarises_the_chosen_k(tiny_target_dir, tmp_path):
     assert (row.plain_rounds > 0) == (0 in hist)
     env = json.loads((tmp_path / "env.json").read_text())
     auto = env["method_info"]["auto"]
-    assert auto["round_ms"] > 0  # the lookup's cost, measured on the warm-up turn
-    assert len(auto["alpha"]) == 16
+    assert set(auto) == {"measured", "limits", "priors", "learned", "constants"}
+    assert auto["measured"]["round_ms"] > 0  # the lookup's cost, measured on the warm-up turn
+    assert auto["priors"]["alpha"] == [0.5] * 16  # ngram: PRIOR at every depth, assumed
+    assert auto["learned"] == auto["priors"]  # calibrated, no round learned from yet
+    assert auto["constants"]["PROBE_EVERY"] == 8 and "PROBE_EVERY" not in auto["measured"]
     end = env["method_info"]["auto_end"]  # the policy as the measured turns left it
-    assert set(end) == set(auto) and end["round_ms"] == auto["round_ms"]
+    assert set(end) == set(auto) and end["measured"] == auto["measured"]
+    assert end["learned"] != end["priors"]  # the measured turns' rounds moved it
 
 
 def test_fixed_k_still_drafts_up_to_k(tiny_target_dir, tmp_path):
@@ -610,6 +653,24 @@ def test_a_forced_policy_drafts_every_round():
         assert not any(pol.skip() for _ in range(40))
         pol.forced = False
         assert pol.skip()
+
+
+def test_a_tree_policys_summary_keeps_priors_and_constants_apart_from_measurements():
+    """env.json once labelled the gain's start (1.1) and λ (1) "measured inputs": they are
+    priors, the probe waits and means constants; measured is what the run timed."""
+    pol = auto.TreeChooser(63, 10, prior=[0.4, 0.3])
+    pol.calibrate(CPU, step_s=0.0005, round_s=0.0001)
+    s = pol.summary()
+    assert s["measured"] == {"c1_ms": 10.0, "step_ms": 0.5, "round_ms": 0.1, "overhead_ms": 0.0}
+    assert s["priors"]["gain"] == 1.1 and s["priors"]["lambda"] == [1.0] * 10
+    assert s["priors"]["alpha"][:3] == [0.4, 0.3, 0.3]
+    assert s["constants"]["REFERENCE_EVERY"] == 16 and s["constants"]["PROBE_PULL"] == 0.3
+    assert s["limits"] == {"max_nodes": 63, "max_depth": 10, "rule_depth": 1}
+    pol.gains.realized(0, 0.02)  # a plain round, then a rejected drafted one
+    pol.note(4, 1)
+    pol.gains.realized(0, 0.02)
+    after = pol.summary()
+    assert after["learned"]["gain"] < 1.1 and after["priors"]["gain"] == 1.1
 
 
 def test_a_static_tree_starts_from_the_drafters_own_node_rates():

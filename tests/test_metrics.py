@@ -402,3 +402,63 @@ def test_the_console_marks_a_speedup_that_rests_on_loops():
         console = Console(record=True, width=400)
         print_summary(summarize(loop_records(fine, ratios)), "t", console)
         assert "↻" not in console.export_text()
+
+
+def plain_round_records() -> pd.DataFrame:
+    """Two prompts whose k=auto left some rounds plain (drafted depth 0):
+    p1: accepted 2, 0, 0, 1 at depths 3, 0, 3, 1 (three rounds drafted, three accepted);
+    p2: accepted 0, 0, 4 at depths 0, 0, 4 (one round drafted, four accepted)."""
+    rounds = {"p1": ([2, 0, 0, 1], [3, 0, 3, 1]), "p2": ([0, 0, 4], [0, 0, 4])}
+    rows = []
+    for pid, (acc, depth) in rounds.items():
+        new = 1 + sum(a + 1 for a in acc)
+        for role in ("baseline", "method"):
+            r = rec(role, pid, 0, new, 1.0, 1 + len(acc) if role == "method" else new,
+                    drafted=sum(depth), accepted=sum(acc))  # fmt: skip
+            r.update(
+                round_accepted=acc if role == "method" else [],
+                round_depth=depth if role == "method" else [],
+                round_start=[0] * len(acc) if role == "method" else [],
+            )
+            rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def test_tau_drafted_leaves_plain_rounds_out_and_tau_round_counts_them():
+    """7 accepted drafts over 7 rounds, 4 of which drafted: tau_round = 1 + 7/7 = 2 (a plain
+    round counts 1 token), tau_drafted = 1 + 7/4 = 2.75 (vLLM's per drafting step). Its
+    interval resamples the two units: p1 alone 1 + 3/3 = 2, p2 alone 1 + 4/1 = 5."""
+    r = summarize(plain_round_records()).iloc[0]
+    assert r.tau_round == pytest.approx(2.0)
+    assert r.tau_drafted == pytest.approx(2.75)
+    assert (r.tau_drafted_ci_low, r.tau_drafted_ci_high) == pytest.approx((2.0, 5.0))
+    one = plain_round_records()
+    one = one[one.prompt_id == "p2"]
+    assert summarize(one).iloc[0].tau_drafted == pytest.approx(5.0)
+
+
+def test_tau_drafted_is_empty_where_no_round_drafted():
+    df = plain_round_records()
+    df["round_accepted"] = [[0] * len(a) for a in df.round_accepted]
+    df["round_depth"] = [[0] * len(a) for a in df.round_depth]
+    r = summarize(df).iloc[0]
+    assert r.tau_round == pytest.approx(1.0) and pd.isna(r.tau_drafted)
+
+
+def test_alpha1_forced_pools_first_turns_with_wilsons_interval():
+    """p1 drafted 10 first tokens and accepted 3, p2 30 and 9 (on their first turn's records;
+    the repeat's copy and a later turn do not count again): 12 of 40 = 0.3, Wilson's interval
+    0.1807-0.4543 (scipy.stats.binomtest(12, 40).proportion_ci(method="wilson"))."""
+    df = records()
+    counts = {"p1": (10, 3), "p2": (30, 9)}
+    m = df.role == "method"
+    df.loc[m, "alpha1_drafted"] = [counts[p][0] for p in df[m].prompt_id]
+    df.loc[m, "alpha1_accepted"] = [counts[p][1] for p in df[m].prompt_id]
+    later = df[m].assign(turn=1, alpha1_drafted=None, alpha1_accepted=None)
+    base_later = df[~m].assign(turn=1)
+    r = summarize(pd.concat([df, later, base_later], ignore_index=True)).iloc[0]
+    assert r.alpha1_forced == pytest.approx(0.3) and r.alpha1_forced_n == 40
+    assert r.alpha1_forced_ci_low == pytest.approx(0.18075, abs=1e-5)
+    assert r.alpha1_forced_ci_high == pytest.approx(0.45430, abs=1e-5)
+    assert r.acceptance_rate == pytest.approx(64 / 112)  # the timed rounds': another figure
+    assert pd.isna(summarize(records()).iloc[0].alpha1_forced)  # no pass: empty

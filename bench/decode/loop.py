@@ -111,7 +111,9 @@ def begin(method, prompt_ids, max_new_tokens, sampling, generator, device) -> De
         prompt_ids, capacity, device, sampling, generator, method.target.new_cache(capacity)
     )
     state.max_new = max_new_tokens
-    method.ready()  # a k=auto policy no run calibrated plans with a provisional curve
+    # a k=auto policy no run calibrated plans with a provisional curve; a turn seen before
+    # starts from the policy's state when it was first seen (a repeat, as repeat 0 started)
+    method.ready(tuple(map(int, prompt_ids)))
     method.start(state)
     return state
 

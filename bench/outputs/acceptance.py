@@ -4,8 +4,12 @@ and EAGLE), computed from the per-round lists every record carries.
 A *round* is one draft → verify → accept cycle; a_r is the number of drafted tokens it
 accepted (before truncation at EOS or the token budget), d_r its drafted depth.
     tau                 Σ new tokens ÷ Σ target forwards, the prefill forward counted (AR: 1)
-    tau_round           1 + mean_r a_r: tokens per verify round, bonus included
-                        (vLLM "mean acceptance length", SGLang accept length, EAGLE's τ)
+    tau_round           1 + mean_r a_r over every verify round, bonus included, a round that
+                        drafted nothing (k=auto's plain rounds) counting 1 (Spec-Bench's
+                        "#Mean accepted tokens", per decoding step)
+    tau_drafted         1 + mean_r a_r over the rounds that drafted (d_r ≥ 1), bonus included
+                        (vLLM's mean acceptance length, 1 + accepted ÷ drafts, our servers'
+                        tau_nonempty; EAGLE's τ, whose every round drafts)
     accepted_per_round  mean_r a_r = tau_round − 1 (drafts accepted per round, no bonus)
     tau_request         mean over requests (turns) of each one's tau
     accept_hist         [#rounds with a_r = 0, = 1, ...]
@@ -54,6 +58,27 @@ def tau_round_of(rep0: pd.DataFrame) -> float:
     emits one token per decoding step: 1."""
     acc, rounds = round_counts(rep0)
     return float(1 + sum(acc) / sum(rounds)) if sum(rounds) else 1.0
+
+
+def drafted_round_counts(rep0: pd.DataFrame) -> tuple[list[int], list[int]] | None:
+    """Per unit (record): (accepted drafts, rounds that drafted: d_r ≥ 1), from the per-round
+    lists; None where a record has none (imported answers, servers: their counters say
+    nothing of which rounds drafted)."""
+    cols = ("round_accepted", "round_depth")
+    if any(c not in rep0 or rep0[c].isna().any() for c in cols):
+        return None
+    drafted = [sum(d > 0 for d in depths) for depths in rep0.round_depth]
+    return [sum(a) for a in rep0.round_accepted], drafted
+
+
+def tau_drafted_of(rep0: pd.DataFrame) -> float | None:
+    """τ_drafted = 1 + Σ a_r ÷ #{r : d_r ≥ 1}: the bonus token once per drafting round, as
+    vLLM's 1 + num_accepted_tokens ÷ num_drafts (bench.serve.scrape's tau_nonempty); None
+    when no round drafted or the records hold no rounds."""
+    counts = drafted_round_counts(rep0)
+    if counts is None or not sum(counts[1]):
+        return None
+    return float(1 + sum(counts[0]) / sum(counts[1]))
 
 
 def per_position(counts: pd.Series) -> list[int]:

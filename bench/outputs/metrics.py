@@ -325,15 +325,77 @@ def _tau_intervals(x: Scope):
     return (x.draft["tau"], *tau), (x.draft["tau_round"], *per_round)
 
 
+@metric(
+    "tau_drafted",
+    interval=True,
+    doc="τ over the rounds that drafted: 1 + Σ accepted ÷ drafting rounds (vLLM's mean "
+    "acceptance length, the servers' tau_nonempty; EAGLE's τ), with its 95% bootstrap interval "
+    "over prompt × turn units (repeat 0); empty where no round drafted",
+)
+def _tau_drafted(x: Scope):
+    counts = acceptance.drafted_round_counts(x.rep0) if len(x.rep0) else None
+    if counts is None or not sum(counts[1]):
+        return math.nan, math.nan, math.nan
+    acc, drafted = (np.array(v, dtype=float) for v in counts)
+    acc, drafted = acc[drafted > 0], drafted[drafted > 0]  # a unit that never drafted adds 0/0
+    ones = np.ones(len(acc))
+    return (acceptance.tau_drafted_of(x.rep0), *bootstrap_ratio(acc + drafted, drafted, ones, ones))
+
+
 @metric(*TAUS, doc="τ's other variants (bench.outputs.acceptance)")
 def _taus(x: Scope):
     return tuple(x.draft[c] for c in TAUS)
 
 
-@metric("acceptance_rate", doc="Σ accepted draft tokens ÷ Σ drafted, repeat 0")
+@metric(
+    "acceptance_rate",
+    doc="Σ accepted draft tokens ÷ Σ drafted, repeat 0: the drafted rounds, as k=auto selected "
+    "them (alpha1_forced reads the drafter without the selection)",
+)
 def _acceptance_rate(x: Scope):
     drafted = x.rep0.drafted_tokens.sum()
     return float(x.rep0.accepted_tokens.sum() / drafted) if drafted else None
+
+
+Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
+
+
+def wilson(accepted: float, n: float) -> tuple[float, float]:
+    """Wilson's 95% score interval of a binomial share accepted/n:
+    (p̂ + z²/2n ± z·√(p̂(1 − p̂)/n + z²/4n²)) ÷ (1 + z²/n)."""
+    p, z2 = accepted / n, Z95 * Z95
+    mid = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(mid - half, 0.0), min(mid + half, 1.0)
+
+
+@metric(
+    "alpha1_forced",
+    interval=True,
+    doc="a learned drafter's first-token acceptance with every round drafting one token: Σ "
+    "alpha1_accepted ÷ Σ alpha1_drafted over the untimed forced pass on the first turn of each "
+    "prompt (bench.run.forced), pooled over the row's prompts, with Wilson's 95% binomial "
+    "interval; empty for methods without a learned drafter",
+)
+def _alpha1_forced(x: Scope):
+    n, acc = alpha1_counts(x.rep0)
+    if not n:
+        return math.nan, math.nan, math.nan
+    return (acc / n, *wilson(acc, n))
+
+
+@metric("alpha1_forced_n", doc="the drafted first tokens alpha1_forced pools (its binomial n)")
+def _alpha1_forced_n(x: Scope):
+    n, _ = alpha1_counts(x.rep0)
+    return n or None
+
+
+def alpha1_counts(rep0: pd.DataFrame) -> tuple[int, int]:
+    """(Σ alpha1_drafted, Σ alpha1_accepted) over repeat 0's first turns, one per prompt."""
+    if "alpha1_drafted" not in rep0:
+        return 0, 0
+    first = rep0[(rep0.turn == 0) & rep0.alpha1_drafted.notna()]
+    return int(first.alpha1_drafted.sum()), int(first.alpha1_accepted.sum())
 
 
 @metric(*DETAIL, doc="acceptance by position and depth (bench.outputs.acceptance)")

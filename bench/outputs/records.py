@@ -73,6 +73,9 @@ def record(
 
 
 PHASES = ("prefill", "draft", "verify", "other")  # the clock's spans of a turn (times_ns)
+# alpha1_forced's untimed pass (bench.run.forced), on the method records of a prompt's first
+# turn (every repeat: the same figures): rounds that drafted a first token, and that accepted it
+ALPHA1 = ("alpha1_drafted", "alpha1_accepted")
 VERDICT = ("verdict", "first_divergence", "logit_gap", "method_gap", "dist_pvalue")
 # stop → stop_reason: what ended the turn, "eos" or "budget" (max_new_tokens; tasks.fit keeps
 # every prompt plus its budget within the model's context, so no turn ends on the context)
@@ -134,6 +137,14 @@ def unit_records(info: dict, prompt, names: dict, runs: dict, verdicts: list[dic
                 }
                 v = verdicts[r][t] if role == "method" else {}
                 yield record(info, prompt, names[role], role, r, t, ids, res, peak, v, unit)
+
+
+def stamp_first_turn(rows: list[dict], fields: dict) -> list[dict]:
+    """`fields` (alpha1_forced's counts) on the method records of the prompt's first turn."""
+    for r in rows:
+        if r["role"] == "method" and r["turn"] == 0:
+            r.update(fields)
+    return rows
 
 
 def env_info(

@@ -84,7 +84,9 @@ SUMMARY = [
     ("no-loop", lambda r: _f(getattr(r, "speedup_noloop", None), "{:.2f}×")),
     ("τ", lambda r: _f(r.tau)),
     ("τ/round", lambda r: _f(r.tau_round)),
-    ("α", lambda r: _f(r.acceptance_rate)),
+    ("τ/drafted", lambda r: _f(getattr(r, "tau_drafted", None))),  # rounds that drafted
+    ("α", lambda r: _f(r.acceptance_rate)),  # the rounds k=auto chose to draft
+    ("α1 forced", lambda r: _f(getattr(r, "alpha1_forced", None))),  # every round drafting
     ("pred.", lambda r: _f(r.predicted_speedup, "{:.2f}×")),
     ("draft %", lambda r: _f(r.draft_overhead * 100, "{:.0f}")),
     ("d", lambda r: _f(getattr(r, "draft_step_cost", None), "{:.2f}")),

@@ -82,8 +82,9 @@ def leaderboard(x: Group) -> None:
         "",
         tables.leaderboard_markdown(board, "speedup"),
         "",
-        "τ_round: mean accepted tokens per decoding step (Spec-Bench's “mean accepted "
-        "tokens”, vLLM's and SGLang's mean acceptance length; prefill not counted), 95% "
+        "τ_round: mean accepted tokens per decoding step, every verify round (Spec-Bench's "
+        "“mean accepted tokens”; prefill not counted; vLLM's mean acceptance length and "
+        "EAGLE's τ count only the rounds that drafted: summary.csv's tau_drafted), 95% "
         f"interval over units. {caption}.",
         "",
         tables.leaderboard_markdown(board, "tau_round"),

@@ -20,7 +20,7 @@ from bench.decode.loop import generate
 from bench.outputs import records as rec
 from bench.outputs.answers import answer_text, recount, write_answers
 from bench.outputs.verdict import turn_verdicts
-from bench.run import distcheck, lifecycle
+from bench.run import distcheck, forced, lifecycle
 from bench.run.batched import Batched, batch_fields, units
 from bench.run.interference import Band, Rules, measure
 from engines import probe
@@ -68,6 +68,7 @@ class Runner:
             str(cfg.drafter_weights),
         )
         self.method = build_method(cfg.method, self.ctx)
+        self.forced = forced.build(cfg.method, self.ctx)  # alpha1_forced's (None: no drafter)
         self.baseline = build_method(self.method.baseline, self.ctx)  # ar; hf_ar for hf_*
         self.setup_s["methods_and_prompts"] = round(time.perf_counter() - t1, 2)
         self.prompts, self.skipped = lifecycle.fit_prompts(
@@ -332,7 +333,10 @@ class Runner:
             self.device,
             self.dist_pvalue,
         )
-        return list(rec.unit_records(info, prompt, names, runs, verdicts, int(cfg.repeats)))
+        rows = list(rec.unit_records(info, prompt, names, runs, verdicts, int(cfg.repeats)))
+        if self.forced is None:
+            return rows
+        return rec.stamp_first_turn(rows, forced.first_tokens(self, self.forced, prompt))
 
 
 def execute(cfg: DictConfig, out: Path, progress=None, shared: dict | None = None):

@@ -44,6 +44,9 @@ back-to-back forwards, gives them), so sizes are priced as verified.
 
 The choice for a round reads only earlier rounds and this round's draft, never the target's
 verdict on it, so every accept rule stays lossless (tests/test_adaptive.py checks the law at T=1).
+A turn met again (a measurement repeat) starts from the policy's state when it first started
+(Policy.enter), and env.json keeps its measured inputs apart from its priors, limits, constants
+and what it learned (Policy.summary).
 """
 
 from methods.auto.chain import Chooser, best_chain, expected

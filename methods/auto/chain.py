@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from methods.auto.costs import Costs, Policy
-from methods.auto.rates import DECAY, PRIOR_WEIGHT, Confidence, Depths, Probes
+from methods.auto.rates import (
+    BINS,
+    DECAY,
+    PRIOR_WEIGHT,
+    PROBE_EVERY,
+    PROBE_MAX,
+    Confidence,
+    Depths,
+    Probes,
+)
 
 
 def expected(alphas: list[float], k: int) -> float:
@@ -110,10 +119,20 @@ class Chooser(Policy):
         if confs:
             self.conf.record(confs, accepted)
 
-    def summary(self) -> dict:
+    def limits(self) -> dict:
+        return {"max_k": self.max_k, "steps_per_token": self.steps_per_token}
+
+    def priors(self) -> dict:
+        """α_j before any round (a trained drafter's held-out top-1, else PRIOR), and go_rate's
+        (every paid step drafts)."""
+        return {"alpha": [round(a, 3) for a in self.depths.prior], "go_rate": 1.0}
+
+    def learned(self) -> dict:
         return {
-            "max_k": self.max_k,
-            **self.cost_summary(),
             "alpha": [round(a, 3) for a in self.depths.alphas()],
             "go_rate": round(self.go_rate(), 3),
         }
+
+    def constants(self) -> dict:
+        return {"PRIOR_WEIGHT": PRIOR_WEIGHT, "DECAY": DECAY, "PROBE_EVERY": PROBE_EVERY,
+                "PROBE_MAX": PROBE_MAX, "BINS": BINS}  # fmt: skip

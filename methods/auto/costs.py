@@ -4,10 +4,14 @@ policy shares: the run's costs, set by `calibrate`, and their summary."""
 from __future__ import annotations
 
 import bisect
+import copy
+from collections import OrderedDict
 
 AUTO = "auto"  # the value of k that turns the policy on
 VERIFY_MEAN = 0.9  # weight of the past in the loop's verify means (about ten rounds)
 SCALE_MIN, SCALE_MAX = 0.5, 5.0  # the range the loop's measured verify scale is kept in
+SNAPSHOTS = 256  # turns whose starting policy is remembered (their repeats restore it)
+UNSAVED = ("forced", "snapshots")  # a run's switch and the store itself: not learned state
 
 
 class Costs:
@@ -111,15 +115,83 @@ class Policy:
 
     def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
         self.costs = Costs(curve, step_s, round_s, overhead_s)
+        self.snapshots = OrderedDict()  # states remembered on other costs describe no turn now
 
-    def cost_summary(self) -> dict:
+    # --- a repeat starts where its first measurement started (as suffix's and recycling's
+    # cross-turn state does): without it repeat 1 of a prompt started with the rates, the
+    # on/off switch and the refits repeat 0 had learned on that very text ---
+    def _shared(self) -> dict:
+        """deepcopy's memo for what a state shares and never copies: batch=B's curve, which
+        reads the other sequences' seats (engines.probe.BatchCurve)."""
+        batch = getattr(self.costs, "batch", None)
+        return {} if batch is None else {id(batch): batch}
+
+    def state(self) -> dict:
+        """A copy of everything the policy learns from rounds (rates, the drafting switch and
+        its probes, the costs' refits), to hand to `restore`."""
+        mine = {k: v for k, v in vars(self).items() if k not in UNSAVED}
+        return copy.deepcopy(mine, self._shared())
+
+    def restore(self, saved: dict) -> None:
+        """Back to a `state()` (copied again: the saved one stays as it was)."""
+        vars(self).update(copy.deepcopy(saved, self._shared()))
+
+    def enter(self, key: tuple) -> None:
+        """A turn whose prompt is `key` starts (untimed, methods.base.Method.ready): restore
+        the state its first measurement started from, or remember this one (the SNAPSHOTS
+        most recent turns; `calibrate` forgets them all)."""
+        snaps = vars(self).setdefault("snapshots", OrderedDict())
+        if key in snaps:
+            snaps.move_to_end(key)
+            self.restore(snaps[key])
+            return
+        snaps[key] = self.state()
+        while len(snaps) > SNAPSHOTS:
+            snaps.popitem(last=False)
+
+    def summary(self) -> dict:
+        """env.json's `method_info.auto` (and `auto_end`, as the measured turns left it), kept
+        apart by where each number comes from: `measured` (what the run timed: the curve's c(1)
+        as anchored after warm-up, the drafter's seconds per step and per round, the loop's
+        overhead), `limits` (the largest draft a round may choose), `priors` (where each
+        learned quantity starts before the run's rounds: assumed or from training, never
+        measured here), `learned` (those quantities now, from the rounds: at `auto`, after
+        calibration, still the priors) and `constants` (the rule's fixed numbers)."""
         c = self.costs
-        return {
-            # the level used: c(1) as the loop's plain verifies have moved it (Costs.level)
-            "c1_ms": None if c is None else round(c.verify(1) * c.level() * 1e3, 3),
-            "step_ms": None if c is None else round(c.step_s * 1e3, 3),
-            "round_ms": None if c is None else round(c.round_s * 1e3, 3),
-            "overhead_ms": None if c is None else round(c.overhead_s * 1e3, 3),
-            "extra": None if c is None else round(c.extra, 3),  # ρ when the summary was taken
-            "verify_scale": None if c is None else round(c.verify_scale, 3),
+        ms = (lambda v: None) if c is None else (lambda v: round(v * 1e3, 3))  # noqa: E731
+        measured = {
+            "c1_ms": ms(c.verify(1)) if c else None,
+            "step_ms": ms(c.step_s) if c else None,
+            "round_ms": ms(c.round_s) if c else None,
+            "overhead_ms": ms(c.overhead_s) if c else None,
         }
+        learned = {
+            "rho": None if c is None else round(c.extra, 3),  # measured ÷ modelled drafting
+            "verify_scale": None if c is None else round(c.verify_scale, 3),
+            "level": None if c is None else round(c.level(), 3),  # loop's plain verify ÷ c(1)
+        }
+        return {
+            "measured": measured,
+            "limits": self.limits(),
+            "priors": {"rho": 1.0, "verify_scale": 1.0, "level": 1.0, **self.priors()},
+            "learned": {**learned, **self.learned()},
+            "constants": {
+                "VERIFY_MEAN": VERIFY_MEAN,
+                "SCALE_MIN": SCALE_MIN,
+                "SCALE_MAX": SCALE_MAX,
+                **self.constants(),
+            },
+        }
+
+    # each policy's own parts of its summary
+    def limits(self) -> dict:
+        return {}
+
+    def priors(self) -> dict:
+        return {}
+
+    def learned(self) -> dict:
+        return {}
+
+    def constants(self) -> dict:
+        return {}

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from methods.auto.chain import best_chain
 from methods.auto.costs import Costs, Policy, running_mean
-from methods.auto.rates import PRIOR, PRIOR_WEIGHT, Probes, depths_of, fade, per_depth
+from methods.auto.rates import (
+    DECAY,
+    PRIOR,
+    PRIOR_WEIGHT,
+    PROBE_EVERY,
+    PROBE_MAX,
+    Probes,
+    depths_of,
+    fade,
+    per_depth,
+)
 
 GAIN_START = 1.1  # a learned tree drafter's running gain before its first round: it drafts
 GAIN_MEAN = 0.95  # weight of the past in that running mean (about twenty rounds)
@@ -14,6 +24,12 @@ PROBE_PULL = 0.3  # the share of the way a probe's gain moves that mean
 PLAIN_MEAN = 0.8  # weight of the past in the mean of plain rounds' seconds (about five rounds)
 REFERENCE_EVERY = 16  # drafted rounds in a row after which one round is plain, for reference
 RHO_MIN, RHO_MAX = 0.5, 5.0  # the range one round's measured ρ is clipped to
+GAIN_CONSTANTS = {  # the fixed numbers of a tree policy's rule (its summary's `constants`)
+    "PRIOR_WEIGHT": PRIOR_WEIGHT, "DECAY": DECAY, "PROBE_EVERY": PROBE_EVERY,
+    "PROBE_MAX": PROBE_MAX, "GAIN_MEAN": GAIN_MEAN, "PROBE_PULL": PROBE_PULL,
+    "PLAIN_MEAN": PLAIN_MEAN, "REFERENCE_EVERY": REFERENCE_EVERY, "RHO_MIN": RHO_MIN,
+    "RHO_MAX": RHO_MAX,
+}  # fmt: skip
 
 
 def best_prefix(reach: list[float], costs: Costs, steps: int) -> int:
@@ -192,14 +208,28 @@ class TreeChooser(Policy):
         for d in range(1, min(acc.n_draft_accepted, self.max_depth) + 1):
             self.reached[d] += 1
 
-    def summary(self) -> dict:
-        return {
-            "max_nodes": self.max_nodes,
-            "max_depth": self.depth,
-            **self.cost_summary(),
-            "lambda": [round(self.lam(d), 3) for d in range(1, self.max_depth + 1)],
-            "gain": round(self.gains.gain, 3),
-        }
+    def limits(self) -> dict:
+        """max_depth: the knob; rule_depth: the chain the rule picks with the drafter's
+        held-out acceptance on the run's measured costs (the deepest a round drafts)."""
+        return {"max_nodes": self.max_nodes, "max_depth": self.max_depth,
+                "rule_depth": self.depth}  # fmt: skip
+
+    def priors(self) -> dict:
+        """The held-out acceptance by depth rule_depth reads (None: a drafter without one),
+        λ per depth before any round (PRIOR_WEIGHT pseudo-rounds at 1), the gain's start."""
+        alpha = (
+            None
+            if self.prior is None
+            else [round(a, 3) for a in per_depth(self.prior, self.max_depth)]
+        )
+        return {"alpha": alpha, "lambda": [1.0] * self.max_depth, "gain": GAIN_START}
+
+    def learned(self) -> dict:
+        return {"lambda": [round(self.lam(d), 3) for d in range(1, self.max_depth + 1)],
+                "gain": round(self.gains.gain, 3)}  # fmt: skip
+
+    def constants(self) -> dict:
+        return GAIN_CONSTANTS
 
 
 def rule_depth(prior: list[float] | float, costs: Costs, max_depth: int) -> int:
@@ -275,8 +305,20 @@ class NodeRates(Policy):
             if j in path:
                 self.accepted[t] += 1
 
-    def summary(self) -> dict:
-        return {"max_nodes": self.max_nodes, "nodes": len(self.parents), **self.cost_summary()}
+    def limits(self) -> dict:
+        return {"max_nodes": self.max_nodes, "nodes": len(self.parents)}
+
+    def priors(self) -> dict:
+        """Each template node's reach before any round (the drafter's own, else PRIOR^depth),
+        the gain's start."""
+        return {"node_reach": [round(p, 3) for p in self.prior], "gain": GAIN_START}
+
+    def learned(self) -> dict:
+        return {"node_reach": [round(p, 3) for p in self.estimates()],
+                "gain": round(self.gains.gain, 3)}  # fmt: skip
+
+    def constants(self) -> dict:
+        return GAIN_CONSTANTS
 
 
 def subtree(parents: list[int], keep: list[int]) -> list[int]:
