@@ -70,7 +70,8 @@ def record(
 
 
 PHASES = ("prefill", "draft", "verify", "other")  # the clock's spans of a turn (times_ns)
-VERDICT = ("verdict", "first_divergence", "logit_gap", "method_gap", "dist_pvalue")
+VERDICT = ("verdict", "first_divergence", "logit_gap", "method_gap", "redecode_verdict")
+VERDICT += ("dist_pvalue", "dist_status")  # check=distribution: on the units it sampled only
 RENAMED = {"n_prompt": "prompt_tokens"}
 
 
