@@ -121,16 +121,15 @@ def turn_verdicts(
     for r, m_conv in enumerate(runs["method"]):
         b_conv = runs["baseline"][min(r, len(runs["baseline"]) - 1)]
         per_turn = []
+        judge = dict(tie_tolerance=tie_tolerance, device=device, batch_invariant=batch_invariant)
         for t, ((b_ids, b_res, *_), (m_ids, m_res, *_)) in enumerate(zip(b_conv, m_conv)):
             b, m = b_res.output_ids, m_res.output_ids
             if not greedy:
                 sampled = dist if dist is not None and t == 0 else {}
                 per_turn.append({"verdict": None, **sampled})
             elif m_ids != b_ids:
-                per_turn.append(
-                    later_turn(target, b_ids, b, redecode, tie_tolerance, device, batch_invariant)
-                )
+                per_turn.append(later_turn(target, b_ids, b, redecode, **judge))
             else:
-                per_turn.append(compare(target, b_ids, b, m, tie_tolerance, device, batch_invariant))
+                per_turn.append(compare(target, b_ids, b, m, **judge))
         out.append(per_turn)
     return out
