@@ -102,20 +102,24 @@ def test_a_wrong_token_in_a_later_turn_is_caught_after_a_divergence(
 
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize(
-    "weights,invariant,verdict",
-    [("int8", True, "mismatch"), ("float32", False, "near-tie")],
+    "engine,weights,invariant,verdict",
+    [
+        ("lean", "int8", True, "mismatch"),
+        ("lean", "float32", False, "near-tie"),
+        ("hf", "auto", False, "near-tie"),
+    ],
 )
 def test_a_small_gap_is_a_near_tie_only_where_rows_are_not_batch_invariant(
-    weights, invariant, verdict, tiny_target_dir, tmp_path, monkeypatch
+    engine, weights, invariant, verdict, tiny_target_dir, tmp_path, monkeypatch
 ):
     """One wrong token, within a tie_tolerance wide enough to cover it: on the lean engine's
     native kernels (int8 weights: the same bits alone or among 64 rows) that is still a
-    mismatch; on torch's kernels (float32 weights) it stays a near-tie."""
+    mismatch; on torch's kernels (float32 weights) and on transformers it stays a near-tie."""
     plant(monkeypatch, later_round=None)
-    args = dialog_run(tiny_target_dir, tmp_path, 1, f"model.weights={weights}")
+    args = dialog_run(tiny_target_dir, tmp_path, 1, f"engine={engine}", f"model.weights={weights}")
     summary, path, _ = execute(compose([*args, "tie_tolerance=1000"]), tmp_path)
     choice = json.loads((tmp_path / "env.json").read_text())["engine_choice"]
-    assert choice["engine"] == "lean" and choice["batch_invariant"] is invariant, choice
+    assert choice["engine"] == engine and choice["batch_invariant"] is invariant, choice
     recs = [json.loads(x) for x in open(path) if json.loads(x)["role"] == "method"]
     assert recs[0]["verdict"] == verdict and abs(recs[0]["method_gap"]) < 1000
 
