@@ -20,7 +20,8 @@
                     quantized here, on native (float32 activations, exact scales). Both are
                     batch invariant; they are different numbers, named in every result.
 Every choice and the timings behind it are returned as `choice` and land in env.json,
-config.yaml and the summary rows.
+config.yaml and the summary rows; `choice["batch_invariant"]` says whether the result's rows are
+(batch_invariant below).
 """
 
 from __future__ import annotations
@@ -326,9 +327,20 @@ def load(
         "kernel_probe": k_why,
         "kv_dtype": kv,
         "kv_dtype_reason": kv_why,
+        "batch_invariant": batch_invariant(eng_name, k),
         **eng.describe(),
     }
     return eng, choice
+
+
+def batch_invariant(engine: str, kernel: str) -> bool:
+    """Whether a row's logits are the same bits alone or among other rows (a verify of 64 tree
+    nodes, a batch): the lean engine on the native kernels, whose every product, attention and
+    norm runs in one order per row whatever the row count (engines/kernels/contract.h, the README's
+    "Engines, weights and dtype"). transformers' forward and torch's kernels (aten, oneDNN: e.g.
+    model.weights=bfloat16) choose blockings by shape, so they are not. The greedy verdict reads
+    it: where it holds, any divergence is a mismatch (bench.outputs.verdict)."""
+    return engine == "lean" and kernel in native.FAMILIES
 
 
 def _kv_dtype(eng, engine: str, asked: str) -> tuple[str, str]:

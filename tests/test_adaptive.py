@@ -673,6 +673,30 @@ def test_a_tree_policys_summary_keeps_priors_and_constants_apart_from_measuremen
     assert after["learned"]["gain"] < 1.1 and after["priors"]["gain"] == 1.1
 
 
+def test_a_forced_policy_drafts_where_its_cost_model_would_not():
+    """force_drafting (the run's drafter-cost pass, check=distribution) drafts at least one
+    token (chain) or node (tree) in every round, even where the rates and costs price drafting
+    at a loss and the unforced policy picks 0: a forced check that drafts nothing tests
+    nothing."""
+    from methods.auto.tree import TreeChooser
+
+    chain = auto.Chooser(8, 1, prior=0.01)
+    chain.calibrate(CPU, step_s=0.02)  # a drafter step dearer than a target step
+    assert [chain.length() for _ in range(10)] == [0] * 10
+    chain.forced = True
+    assert [chain.length() for _ in range(10)] == [1] * 10
+    tree = TreeChooser(8, 4)
+    tree.calibrate(CPU)
+    assert tree.size([0.001, 0.0005], 0) == 0
+    tree.forced = True
+    assert tree.size([0.001, 0.0005], 0) == 1 and tree.size([], 0) == 0
+    static = auto.NodeRates([-1, 0, 1], 4, [0.001] * 3)
+    static.calibrate(CPU, step_s=0.02)
+    assert static.choose(steps=1) == []
+    static.forced = True
+    assert static.choose(steps=1) == [0]
+
+
 def test_a_static_tree_starts_from_the_drafters_own_node_rates():
     """Siblings are disjoint events: a prior of PRIOR^depth for each made a fresh template look
     worth verifying whole; a drafter's own per-node reach (Medusa: its heads' rank accuracies

@@ -1,4 +1,6 @@
-"""Sampled runs: seeded reproducibility, and `check=distribution` catching a wrong sampler.
+"""Sampled runs: seeded reproducibility, and `check=distribution` catching a wrong sampler in
+every task it draws, saying "untested" where the method drafted too little to test, and
+stamping its p-value only on what it sampled.
 
 The tiny random models are close to uniform over their 128 tokens, so the run-level checks use
 top_k=8: a few hundred samples then spread over few enough tokens for the chi-square test to have
@@ -11,6 +13,7 @@ import dataclasses
 import json
 import random
 
+import pandas as pd
 import pytest
 import torch
 from conftest import compose
@@ -132,12 +135,17 @@ def test_same_seed_same_tokens(name, tiny_draft_dir):
 def test_check_distribution_passes_a_lossless_method(
     name, tiny_target_dir, cut_draft_dir, tmp_path
 ):
-    extra = [f"model.draft={cut_draft_dir}"] if name == "draft" else []
-    summary, _, _ = execute(
+    # draft at k=auto (its rounds forced to draft during the check); ngram at a fixed k: on the
+    # tiny model's near-uniform text it finds few matches, and k=auto's sizes read timings
+    extra = [f"model.draft={cut_draft_dir}"] if name == "draft" else ["k=8"]
+    summary, _, runner = execute(
         compose([f"method={name}", *tiny_run(tiny_target_dir, tmp_path, *extra)]), tmp_path
     )
-    ev = json.loads((tmp_path / "distcheck.json").read_text())
-    assert ev["samples"] == 200
+    run_ev = json.loads((tmp_path / "distcheck.json").read_text())
+    assert run_ev["samples"] == 200 and run_ev["floor"] == 100 and run_ev["status"] == "tested"
+    ev = run_ev["tasks"]["code"]
+    assert ev["status"] == "tested" and ev["drafted_tokens"] >= run_ev["floor"]
+    assert runner.dist.tasks["code"]["drafted"] == ev["drafted_tokens"] == runner.dist.drafted
     assert [t["test"] for t in ev["tests"]] == [
         "token 1",
         "token 2",
@@ -152,15 +160,18 @@ def test_check_distribution_passes_a_lossless_method(
     assert min(t["bins"] for t in ev["tests"][:3]) >= 3
     assert 0 < ev["accepted_tokens"] < ev["drafted_tokens"]  # both accept and reject happened
     assert summary.dist_pvalue.iloc[0] == pytest.approx(ev["dist_pvalue"])
-    assert summary.dist_pvalue.iloc[0] > 0.01
+    assert summary.dist_pvalue.iloc[0] == pytest.approx(runner.dist.pvalue)
+    assert summary.dist_pvalue.iloc[0] > 0.01 and summary.dist_status.iloc[0] == "tested"
     recs = [json.loads(line) for line in open(tmp_path / "records.jsonl")]
-    assert {r["dist_pvalue"] for r in recs if r["role"] == "method"} == {ev["dist_pvalue"]}
+    sampled = [r for r in recs if r["role"] == "method" and r["turn"] == 0]
+    stamped = {(r["dist_pvalue"], r["dist_status"]) for r in sampled}
+    assert stamped == {(ev["dist_pvalue"], "tested")}
+    assert all(r["dist_pvalue"] is None for r in recs if r not in sampled)
 
 
-def test_check_distribution_catches_argmax_at_positive_temperature(
-    tiny_target_dir, tmp_path, monkeypatch
-):
-    """The SGLang-style bug: the method's verification takes argmax although T > 0."""
+def test_check_distribution_catches_argmax_in_every_task(tiny_target_dir, tmp_path, monkeypatch):
+    """The SGLang-style bug: the method's verification takes argmax although T > 0. The check
+    draws the first prompt of every task of the cell, and each task's own p-value catches it."""
 
     def argmax_accept(self, state, proposal, logits):
         return Method.accept(
@@ -168,10 +179,63 @@ def test_check_distribution_catches_argmax_at_positive_temperature(
         )
 
     monkeypatch.setattr(NGram, "accept", argmax_accept)
-    summary, _, _ = execute(
-        compose(["method=ngram", "k=8", *tiny_run(tiny_target_dir, tmp_path)]), tmp_path
+    two_tasks = ["task=core", "task.include=[code,dialog]"]
+    summary, _, runner = execute(
+        compose(["method=ngram", "k=8", *tiny_run(tiny_target_dir, tmp_path, *two_tasks)]),
+        tmp_path,
     )
-    assert summary.dist_pvalue.iloc[0] < 1e-3
+    assert set(runner.dist.tasks) == {"code", "dialog"}
+    for task, got in runner.dist.tasks.items():
+        assert got["status"] == "tested" and got["pvalue"] < 1e-3, task
+        row = summary[summary.task == task].iloc[0]
+        assert row.dist_status == "tested" and row.dist_pvalue == pytest.approx(got["pvalue"])
+    overall = summary[summary.task == "all"].iloc[0]
+    assert overall.dist_status == "tested" and overall.dist_pvalue < 1e-3
+
+
+def test_a_method_that_drafts_nothing_is_untested(tiny_target_dir, tmp_path):
+    """`ar` as the method drafts nothing: no task reaches the drafting floor, so no p-value is
+    reported anywhere (before, such a check read p = 1), and every row says untested."""
+    two_tasks = ["task=core", "task.include=[code,dialog]"]
+    summary, _, runner = execute(
+        compose(["method=ar", *tiny_run(tiny_target_dir, tmp_path, *two_tasks)]), tmp_path
+    )
+    d = runner.dist
+    assert (d.status, d.pvalue, d.drafted, d.floor) == ("untested", None, 0, 100)
+    assert {t: (v["status"], v["pvalue"], v["drafted"]) for t, v in d.tasks.items()} == {
+        "code": ("untested", None, 0),
+        "dialog": ("untested", None, 0),
+    }
+    assert set(summary.dist_status) == {"untested"} and summary.dist_pvalue.isna().all()
+    ev = json.loads((tmp_path / "distcheck.json").read_text())
+    assert ev["status"] == "untested" and ev["dist_pvalue"] is None
+    assert {t: e["drafted_tokens"] for t, e in ev["tasks"].items()} == {"code": 0, "dialog": 0}
+
+
+def test_a_category_the_check_never_sampled_carries_no_pvalue(
+    tiny_target_dir, cut_draft_dir, tmp_path
+):
+    """A question file with two categories is one task: the check draws its first prompt only,
+    so the other category's row has no p-value (before, every row carried the run's)."""
+    rows = [
+        {"question_id": 1, "category": "writing", "turns": ["write code list sum number"]},
+        {"question_id": 2, "category": "rag", "turns": ["answer two three four five"]},
+    ]
+    q = tmp_path / "question.jsonl"
+    q.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    args = tiny_run(tiny_target_dir, out, "task=jsonl", f"task.path={q}", "limit=2")
+    summary, _, runner = execute(
+        compose(["method=draft", f"model.draft={cut_draft_dir}", "k=4", *args]), out
+    )
+    (task,) = runner.dist.tasks
+    assert runner.dist.tasks[task]["status"] == "tested"
+    by_cat = summary.set_index("category")
+    assert set(by_cat.index) == {"dialog", "rag", "all"}  # Spec-Bench's writing is our dialog
+    assert by_cat.loc["dialog"].dist_status == "tested"
+    assert by_cat.loc["dialog"].dist_pvalue == pytest.approx(runner.dist.pvalue)
+    assert pd.isna(by_cat.loc["rag"].dist_pvalue) and pd.isna(by_cat.loc["rag"].dist_status)
+    assert by_cat.loc["all"].dist_pvalue == pytest.approx(runner.dist.pvalue)  # the task's row
 
 
 def test_check_distribution_catches_a_rollback_bug_from_round_two_on(
@@ -194,7 +258,7 @@ def test_check_distribution_catches_a_rollback_bug_from_round_two_on(
         compose(["method=ngram", "k=8", *tiny_run(tiny_target_dir, tmp_path, "dist_samples=1500")]),
         tmp_path,
     )
-    ev = json.loads((tmp_path / "distcheck.json").read_text())
+    ev = json.loads((tmp_path / "distcheck.json").read_text())["tasks"]["code"]
     forced = [t["pvalue"] for t in ev["tests"] if t["test"].startswith("after forced")]
     assert min(forced) * len(ev["tests"]) < 1e-3  # the forced-rejection draws see it
     assert summary.dist_pvalue.iloc[0] < 1e-3
@@ -210,7 +274,7 @@ def test_check_distribution_seeds_are_reproducible(tiny_target_dir, tmp_path):
             ),
             tmp_path / d,
         )
-        runs.append(json.loads((tmp_path / d / "distcheck.json").read_text()))
+        runs.append(json.loads((tmp_path / d / "distcheck.json").read_text())["tasks"]["code"])
     assert runs[0]["counts_per_position"] == runs[1]["counts_per_position"]
 
 
@@ -292,5 +356,5 @@ def test_check_distribution_catches_a_missing_residual(
     ]
     summary, _, _ = execute(compose(args), tmp_path / "bug")
     assert summary.dist_pvalue.iloc[0] < 0.01  # the level docs/sampling.md reads p at
-    ev = json.loads((tmp_path / "bug" / "distcheck.json").read_text())
+    ev = json.loads((tmp_path / "bug" / "distcheck.json").read_text())["tasks"]["code"]
     assert ev["tests"] and not any(t["test"].startswith("after forced") for t in ev["tests"])

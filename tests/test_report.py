@@ -107,10 +107,11 @@ def test_tables_hold_the_runs_numbers(built):
 def test_losslessness_lists_each_mismatch(built):
     _, out, md = built
     div = pd.read_csv(out / "divergences.csv")
-    assert len(div) == 2 and set(div.label) == {"draft k=4"}
+    # every repeat's divergences (2 tasks × 2 repeats), not only repeat 0's
+    assert len(div) == 4 and set(div.label) == {"draft k=4"} and set(div.repeat) == {0, 1}
     assert set(div.first_divergence) == {7} and set(div.logit_gap) == {0.8}
     assert "0.67 (1 mismatch)" in md and "not checked" in md
-    assert "2 divergent turn(s)" in md
+    assert "4 divergent turn(s)" in md
 
 
 def test_sweep_over_k_does_not_split_ar(tmp_path):
@@ -242,3 +243,24 @@ def test_a_category_rows_tau_interval_is_bootstrapped_within_the_category():
     assert (s.loc["a", "tau_ci_low"], s.loc["a", "tau_ci_high"]) == (1.0, 1.0)
     assert (s.loc["b", "tau_ci_low"], s.loc["b", "tau_ci_high"]) == (4.0, 4.0)
     assert s.loc["all", "tau_ci_low"] < s.loc["all", "tau"] < s.loc["all", "tau_ci_high"]
+
+
+def test_an_untested_distribution_check_is_not_read_as_a_pass():
+    """A check=distribution whose method drafted under the floor has no p-value: the
+    losslessness matrix says untested, apart from a cell that ran no check at all."""
+    from bench.report.tables import lossless_markdown
+
+    df = pd.DataFrame(
+        {
+            "label": ["ar", "ngram k=8", "eagle"],
+            "temperature": [1.0, 1.0, 1.0],
+            "task": ["code"] * 3,
+            "exact_match": [None] * 3,
+            "near_ties": [None] * 3,
+            "mismatches": [None] * 3,
+            "dist_pvalue": [None, 0.42, None],
+            "dist_status": ["untested", "tested", None],
+        }
+    )
+    rows = lossless_markdown(df).splitlines()[2:]
+    assert [r.split("|")[3].strip() for r in rows] == ["untested", "p = 0.42", "not checked"]

@@ -230,9 +230,15 @@ def test_check_distribution_passes(method, tiny_target_dir, tmp_path):
     """Point-mass drafts through the tree rule at T = 1: the method samples ar's law."""
     # fixed sizes: random tiny models accept so little that k=auto would draft almost nothing
     # (tests/test_adaptive.py checks auto's law)
-    fixed = {"suffix": ["k=8"], "sam": ["k=8"], "recycling": ["method.k=null"]}.get(method, [])
+    # recycling's matrix fills from the draws themselves: over 3 positions it drafts under
+    # check=distribution's floor (untested), over 6 well above it
+    fixed = {
+        "suffix": ["k=8"],
+        "sam": ["k=8"],
+        "recycling": ["method.k=null", "dist_positions=6"],
+    }.get(method, [])
     summary, _, _ = execute(
-        compose([f"method={method}", *fixed, *tiny_run(tiny_target_dir, tmp_path)]), tmp_path
+        compose([f"method={method}", *tiny_run(tiny_target_dir, tmp_path), *fixed]), tmp_path
     )
     ev = json.loads((tmp_path / "distcheck.json").read_text())
     assert 0 < ev["accepted_tokens"] < ev["drafted_tokens"]

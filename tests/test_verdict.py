@@ -1,4 +1,5 @@
-"""Greedy verdicts: the dtype-aware near-tie tolerance and turns after a divergence."""
+"""Greedy verdicts: the dtype-aware near-tie tolerance, no near-ties on a batch-invariant
+engine, and turns after a divergence re-decoded on the baseline's history."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def one_wrong_token(acc: Accepted) -> Accepted:
     return dataclasses.replace(acc, tokens=[(acc.tokens[0] + 1) % 128] + acc.tokens[1:])
 
 
-def dialog_run(target_dir, out, repeats: int) -> list[str]:
+def dialog_run(target_dir, out, repeats: int, *extra: str) -> list[str]:
     return [
         "method=ngram",
         "k=4",  # fixed: k=auto would add an untimed turn measuring the lookup (warmup=0)
@@ -42,24 +43,85 @@ def dialog_run(target_dir, out, repeats: int) -> list[str]:
         "warmup=0",
         "remeasure=0",
         f"out={out}",
+        *extra,
     ]
 
 
-@pytest.mark.usefixtures("one_thread")
-def test_turns_after_a_divergence_are_labelled(tiny_target_dir, tmp_path, monkeypatch):
+def plant(monkeypatch, later_round: int | None):
+    """NGram with a wrong first token on the conversation's first turn and, with `later_round`,
+    a wrong token at that round of every later turn (its prompt is longer than the first's):
+    the re-decode of a later turn on the baseline's history meets the later bug too."""
     real = NGram.accept
+    first = {}
 
-    def wrong_first_token(self, state, proposal, logits):  # a broken method: one wrong token
+    def accept(self, state, proposal, logits):
         acc = real(self, state, proposal, logits)
-        return one_wrong_token(acc) if state.length == state.n_prompt + 1 else acc
+        n0 = first.setdefault("n_prompt", state.n_prompt)  # the first turn's prompt
+        state.aux["rounds"] = state.aux.get("rounds", 0) + 1
+        if state.n_prompt == n0 and state.aux["rounds"] == 1:
+            return one_wrong_token(acc)
+        if later_round and state.n_prompt > n0 and state.aux["rounds"] == later_round:
+            return one_wrong_token(acc)
+        return acc
 
-    monkeypatch.setattr(NGram, "accept", wrong_first_token)
-    args = dialog_run(tiny_target_dir, tmp_path, repeats=1)
-    summary, path, _ = execute(compose(args), tmp_path)
-    recs = [json.loads(x) for x in open(path)]
-    verdicts = [r["verdict"] for r in recs if r["role"] == "method"]
-    assert verdicts == ["mismatch", "after-divergence"]
+    monkeypatch.setattr(NGram, "accept", accept)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_later_turn_is_re_decoded_on_the_baselines_history(
+    tiny_target_dir, tmp_path, monkeypatch
+):
+    """Turn 1 diverges, so turn 2's measured prompt differs from ar's: it is decoded again,
+    untimed, on ar's history. Without a later bug that re-decode is exact (after-divergence)."""
+    plant(monkeypatch, later_round=None)
+    summary, path, _ = execute(compose(dialog_run(tiny_target_dir, tmp_path, 1)), tmp_path)
+    recs = [json.loads(x) for x in open(path) if json.loads(x)["role"] == "method"]
+    assert [(r["verdict"], r["redecode_verdict"]) for r in recs] == [
+        ("mismatch", None),
+        ("after-divergence", "exact"),
+    ]
     assert summary.mismatches.iloc[0] == 1 and summary.exact_match.iloc[0] == 0
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_wrong_token_in_a_later_turn_is_caught_after_a_divergence(
+    tiny_target_dir, tmp_path, monkeypatch
+):
+    """The same divergence in turn 1 and a second bug at turn 2's second round: before, turn 2
+    went uncompared (after-divergence) and the second bug was hidden behind the first."""
+    plant(monkeypatch, later_round=2)
+    summary, path, _ = execute(compose(dialog_run(tiny_target_dir, tmp_path, 1)), tmp_path)
+    recs = [json.loads(x) for x in open(path) if json.loads(x)["role"] == "method"]
+    assert [(r["verdict"], r["redecode_verdict"]) for r in recs] == [
+        ("mismatch", None),
+        ("mismatch", "mismatch"),
+    ]
+    assert recs[1]["first_divergence"] >= 1  # at its second round, not its first token
+    assert summary.mismatches.iloc[0] == 2
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize(
+    "engine,weights,invariant,verdict",
+    [
+        ("lean", "int8", True, "mismatch"),
+        ("lean", "float32", False, "near-tie"),
+        ("hf", "auto", False, "near-tie"),
+    ],
+)
+def test_a_small_gap_is_a_near_tie_only_where_rows_are_not_batch_invariant(
+    engine, weights, invariant, verdict, tiny_target_dir, tmp_path, monkeypatch
+):
+    """One wrong token, within a tie_tolerance wide enough to cover it: on the lean engine's
+    native kernels (int8 weights: the same bits alone or among 64 rows) that is still a
+    mismatch; on torch's kernels (float32 weights) and on transformers it stays a near-tie."""
+    plant(monkeypatch, later_round=None)
+    args = dialog_run(tiny_target_dir, tmp_path, 1, f"engine={engine}", f"model.weights={weights}")
+    summary, path, _ = execute(compose([*args, "tie_tolerance=1000"]), tmp_path)
+    choice = json.loads((tmp_path / "env.json").read_text())["engine_choice"]
+    assert choice["engine"] == engine and choice["batch_invariant"] is invariant, choice
+    recs = [json.loads(x) for x in open(path) if json.loads(x)["role"] == "method"]
+    assert recs[0]["verdict"] == verdict and abs(recs[0]["method_gap"]) < 1000
 
 
 def test_a_divergence_on_a_later_repeat_is_caught(tiny_target_dir, tmp_path, monkeypatch):

@@ -627,10 +627,24 @@ def _speedup_exact(x: Scope):
     return (float(ratios.median()) if len(ratios) else None), int(len(ratios))
 
 
-@metric("dist_pvalue", doc="check=distribution's p-value (bench.run.distcheck)")
+@metric(
+    "dist_pvalue",
+    "dist_status",
+    doc="check=distribution over the tasks it sampled in this row (bench.run.distcheck): "
+    "Bonferroni over the tested tasks, or untested",
+)
 def _dist_pvalue(x: Scope):
-    pv = x.method.dist_pvalue.dropna() if "dist_pvalue" in x.method else pd.Series(dtype=float)
-    return float(pv.min()) if len(pv) else None
+    m = x.method
+    if "dist_status" not in m:  # records written before the per-task check: one run p-value
+        pv = m.dist_pvalue.dropna() if "dist_pvalue" in m else pd.Series(dtype=float)
+        return (float(pv.min()), "tested") if len(pv) else (None, None)
+    sampled = m[m.dist_status.notna()].groupby("task").first()  # one sampled unit per task
+    if sampled.empty:  # not checked, or no unit of this row was sampled
+        return None, None
+    tested = sampled.dist_pvalue[sampled.dist_status == "tested"].astype(float)
+    if tested.empty:
+        return None, "untested"
+    return min(1.0, len(tested) * float(tested.min())), "tested"  # Bonferroni over tasks
 
 
 RUN_COLUMNS = ["skipped_prompts", "partial"]  # set per run by summarize and bench.run.runner

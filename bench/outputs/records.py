@@ -76,7 +76,8 @@ PHASES = ("prefill", "draft", "verify", "other")  # the clock's spans of a turn 
 # alpha1_forced's untimed pass (bench.run.forced), on the method records of a prompt's first
 # turn (every repeat: the same figures): rounds that drafted a first token, and that accepted it
 ALPHA1 = ("alpha1_drafted", "alpha1_accepted")
-VERDICT = ("verdict", "first_divergence", "logit_gap", "method_gap", "dist_pvalue")
+VERDICT = ("verdict", "first_divergence", "logit_gap", "method_gap", "redecode_verdict")
+VERDICT += ("dist_pvalue", "dist_status")  # check=distribution: on the units it sampled only
 # stop → stop_reason: what ended the turn, "eos" or "budget" (max_new_tokens; tasks.fit keeps
 # every prompt plus its budget within the model's context, so no turn ends on the context)
 RENAMED = {"n_prompt": "prompt_tokens", "stop": "stop_reason"}

@@ -94,8 +94,15 @@ SUMMARY = [
     ("TTFT ms", lambda r: _f(r.ttft_ms, "{:.0f}")),
     ("TPOT ms", lambda r: _f(r.tpot_ms, "{:.1f}")),
     ("exact", lambda r: _f(r.exact_match, "{:.2f}")),
-    ("dist p", lambda r: _f(r.dist_pvalue, "{:.3g}")),
+    ("dist p", lambda r: _dist(r)),
 ]
+
+
+def _dist(r) -> str:
+    """check=distribution: its p-value, or `untested` (the method drafted under its floor)."""
+    if getattr(r, "dist_status", None) == "untested":
+        return "untested"
+    return _f(r.dist_pvalue, "{:.3g}")
 
 
 def _print(summary: pd.DataFrame, title: str, columns: list, left: tuple, console) -> None:

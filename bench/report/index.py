@@ -85,9 +85,11 @@ def lossless_section(w: Writer, cells: pd.DataFrame, recs: pd.DataFrame) -> None
         "At T = 0 every turn's output ids are compared with the baseline's, on every repeat: "
         "`exact_match` is the fraction of prompts whose turns all match; a divergence is a "
         "near-tie when the target's own logits for the two tokens are within the tie "
-        "tolerance, else a mismatch "
-        "(a bug). At T > 0, `dist_pvalue` is the distribution check's p-value when the run "
-        "used `check=distribution`. See docs/metrics.md.",
+        "tolerance on an engine whose rows are not batch invariant, else a mismatch "
+        "(a bug); turns after a divergence are re-decoded on the baseline's history. At "
+        "T > 0, `dist_pvalue` is the distribution check's p-value over the tasks it tested "
+        "(`untested`: the method drafted too little in it) when the run used "
+        "`check=distribution`. See docs/metrics.md and docs/sampling.md.",
         "",
     )
     table = tables.lossless_table(cells)
@@ -109,7 +111,8 @@ def lossless_section(w: Writer, cells: pd.DataFrame, recs: pd.DataFrame) -> None
         w.add("No divergences: every greedy output matched the baseline token for token.", "")
     else:
         w.add(
-            f"{len(div)} divergent turn(s), with the first divergent token and the logit gaps:",
+            f"{len(div)} divergent turn(s) over every repeat, with the first divergent token "
+            "and the logit gaps:",
             "",
             tables.divergence_markdown(div),
             "",

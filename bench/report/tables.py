@@ -306,8 +306,8 @@ def device_table(cells: pd.DataFrame) -> pd.DataFrame:
 def lossless_table(cells: pd.DataFrame) -> pd.DataFrame:
     df = with_labels(cells[cells.source == "specsweep"])
     df = config_order(df)
-    return df[
-        [
+    return df.reindex(  # summaries written before dist_status lack it
+        columns=[
             "group",
             "label",
             "method",
@@ -319,18 +319,22 @@ def lossless_table(cells: pd.DataFrame) -> pd.DataFrame:
             "near_ties",
             "mismatches",
             "dist_pvalue",
+            "dist_status",
             "run",
         ]
-    ]
+    )
 
 
 def divergences(records: pd.DataFrame) -> pd.DataFrame:
-    """Every greedy divergence (mismatch or near-tie) of a method's first repeat."""
+    """Every greedy divergence (mismatch or near-tie) of a method, on every repeat (a bug that
+    shows on repeat 1 only is listed too); a later turn's comes from its re-decode on the
+    baseline's history (bench.outputs.verdict)."""
     cols = [
         "group",
         "label",
         "task",
         "prompt_id",
+        "repeat",
         "turn",
         "verdict",
         "first_divergence",
@@ -340,11 +344,7 @@ def divergences(records: pd.DataFrame) -> pd.DataFrame:
     ]
     if records.empty or "verdict" not in records:
         return pd.DataFrame(columns=cols)
-    r = records[
-        (records.role == "method")
-        & (records.repeat == 0)
-        & records.verdict.isin(["mismatch", "near-tie"])
-    ]
+    r = records[(records.role == "method") & records.verdict.isin(["mismatch", "near-tie"])]
     return with_labels(r)[cols] if len(r) else pd.DataFrame(columns=cols)
 
 
@@ -369,7 +369,8 @@ def lossless_markdown(df: pd.DataFrame) -> str:
     """One group's cells as a matrix: a row per method config, a column per task (overall last).
 
     T = 0: exact_match, with near-tie and mismatch counts when there are any.
-    T > 0: the distribution check's p-value, or 'not checked'."""
+    T > 0: the distribution check's p-value, 'untested' (it ran, but the method drafted too
+    little in it), or 'not checked'."""
     tasks = [t for t in sorted(df.task.unique()) if t != "all"] + (
         ["all"] if (df.task == "all").any() else []
     )
@@ -396,11 +397,9 @@ def _lossless_cell(r) -> str:
             if n is not None and n == n and n > 0
         ]
         return s + (f" ({', '.join(extra)})" if extra else "")
-    return (
-        f"p = {r.dist_pvalue:.3g}"
-        if r.dist_pvalue == r.dist_pvalue and r.dist_pvalue is not None
-        else "not checked"
-    )
+    if r.dist_pvalue == r.dist_pvalue and r.dist_pvalue is not None:
+        return f"p = {r.dist_pvalue:.3g}"
+    return "untested" if getattr(r, "dist_status", None) == "untested" else "not checked"
 
 
 def divergence_markdown(df: pd.DataFrame) -> str:
@@ -410,6 +409,7 @@ def divergence_markdown(df: pd.DataFrame) -> str:
             r.label,
             r.task,
             str(r.prompt_id),
+            _num(r.repeat, "{}"),
             _num(r.turn, "{}"),
             r.verdict,
             _num(r.first_divergence, "{:.0f}"),
@@ -424,6 +424,7 @@ def divergence_markdown(df: pd.DataFrame) -> str:
             "method",
             "task",
             "prompt",
+            "repeat",
             "turn",
             "verdict",
             "first divergence (token)",

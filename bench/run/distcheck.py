@@ -3,26 +3,33 @@ baseline's distribution.
 
     python -m bench method=ngram temperature=1 check=distribution
 
-The runner calls `run` once, after warm-up and before the timed prompts. On the first prompt's
-first turn the baseline (`ar`) and the method each draw `dist_samples` continuations of
-`dist_positions` tokens through `bench.decode.loop.generate`, each continuation from its own seed
-(the two sides never share a seed, so their samples are independent). For each position j a
-two-sample chi-square test on the 2 × C table of counts compares the token y_j, and for j ≥ 2
-also the prefix (y_1..y_j), which catches a sampler whose marginals look right while the tokens
-depend on each other wrongly (argmax after a sampled first token). Categories too rare for every
-expected count to reach 5 are pooled into one bin; a continuation that stopped at EOS shows the
-token END at later positions. The run's p-value is Bonferroni's min(1, m · min_i p_i) over the
-m = 2J − 1 tests. It is written on every method record (`dist_pvalue`, hence summary.csv); the
-evidence — each test's p-value and bins, token counts per position, what the method drafted and
-accepted — goes to distcheck.json. A small p-value says the method's outputs are distributed
-differently from the baseline's: a sampling bug, whatever the speedup. docs/sampling.md has the
-details and the test's power.
+The runner calls `for_run` once, after warm-up and before the timed prompts. On the first turn
+of the first prompt of EVERY task in the cell, the baseline (`ar`) and the method each draw
+`dist_samples` continuations of `dist_positions` tokens through `bench.decode.loop.generate`,
+each continuation from its own seed (the two sides never share a seed, so their samples are
+independent), the method's every round drafting (force_drafting: k=auto's plain rounds would
+test nothing). For each position j a two-sample chi-square test on the 2 × C table of counts
+compares the token y_j, and for j ≥ 2 also the prefix (y_1..y_j), which catches a sampler whose
+marginals look right while the tokens depend on each other wrongly (argmax after a sampled first
+token). Categories too rare for every expected count to reach 5 are pooled into one bin; a
+continuation that stopped at EOS shows the token END at later positions. A task's p-value is
+Bonferroni's min(1, m · min_i p_i) over its m = 2J − 1 tests (more with the forced-rejection
+draws), reported only when the method drafted at least `drafting_floor(dist_samples)` tokens
+in its draws, else the task is "untested". The cell's p-value combines the tested tasks
+(Bonferroni over them); none tested: "untested". It is written only on the records it sampled
+(each task's first prompt, turn 0: `dist_pvalue`, `dist_status`), so a category or task the
+check never drew carries none; the evidence per task — each test's p-value and bins, token
+counts per position, what the method drafted and accepted — goes to distcheck.json. A small
+p-value says the method's outputs are distributed differently from the baseline's: a sampling
+bug, whatever the speedup. docs/sampling.md has the details, the test's power and the floor.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
+from dataclasses import dataclass, field
 
 import torch
 from scipy.stats import chi2_contingency
@@ -33,6 +40,11 @@ from groundfloor.prompting import encode
 
 END = -1  # the "token" at positions after an EOS
 MIN_EXPECTED = 5.0
+# A task's p-value is reported only when the method drafted at least this many tokens per
+# continuation on average (drafting_floor; docs/sampling.md derives it from the test's power):
+# below it, most of the sampled tokens never went through the accept rule, and a large p-value
+# would read as evidence about a rule the check barely exercised.
+MIN_DRAFTED_PER_SAMPLE = 0.5
 
 
 def two_sample_pvalue(a: list, b: list) -> tuple[float, int]:
@@ -151,12 +163,11 @@ def position_tests(base: list, meth: list, positions: int, label: str) -> list[d
     return tests
 
 
-def run(
+def check_prompt(
     baseline,
     method,
     ids: list[int],
     prompt_id: str,
-    out_dir,
     *,
     samples: int,
     positions: int,
@@ -166,9 +177,10 @@ def run(
     clock,
     device,
     forced: bool = True,
-) -> float:
+) -> dict:
     """Draw both sides on the prompt `ids`, test each position (and, with `forced`, each
-    position after forced rejections), write distcheck.json; → the run's p-value."""
+    position after forced rejections) → the prompt's evidence, its Bonferroni p-value as
+    `dist_pvalue` (whether the method drafted enough for it to mean anything is for_run's)."""
     if samples < 2 or positions < 1:
         raise UserError(
             f"dist_samples={samples}, dist_positions={positions}: "
@@ -192,19 +204,11 @@ def run(
         fb, _ = continuations(baseline, ids, "baseline-forced", prompt_id, **more)
         fm, _ = continuations(ForcedRejection(method), ids, "method-forced", prompt_id, **more)
         tests += position_tests(fb, fm, positions + 1, "after forced rejections: ")
-    pvalue = bonferroni([t["pvalue"] for t in tests])
-    evidence = {
+    return {
         "prompt_id": prompt_id,
         "turn": 0,
         "prompt_tokens": len(ids),
-        "samples": samples,
-        "positions": positions,
-        "method": method.name,
-        "baseline": baseline.name,
-        "temperature": sampling.temperature,
-        "top_k": sampling.top_k,
-        "top_p": sampling.top_p,
-        "dist_pvalue": pvalue,
+        "dist_pvalue": bonferroni([t["pvalue"] for t in tests]),
         "tests": tests,
         **stats,
         "counts_per_position": [
@@ -215,25 +219,115 @@ def run(
             for j in range(positions)
         ],
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "distcheck.json").write_text(json.dumps(evidence, indent=1))
-    return pvalue
 
 
-def for_run(cfg, prompt, tokenizer, baseline, method, out_dir, **kw) -> float:
-    """check=distribution for a run: both sides drawn on the first turn of its first prompt,
-    with the run's dist_samples, dist_positions and seed; kw: sampling, eos, clock, device."""
-    msgs = [{"role": "user", "content": prompt.turns[0]}]
-    ids = encode(tokenizer, msgs, bool(cfg.model.chat_template))
-    return run(
-        baseline,
-        method,
-        ids,
-        prompt.id,
-        out_dir,
-        samples=int(cfg.dist_samples),
-        positions=int(cfg.dist_positions),
-        seed=int(cfg.seed),
-        forced=bool(cfg.dist_forced),
-        **kw,
+def drafting_floor(samples: int) -> int:
+    """The fewest drafted tokens (method side, all `samples` continuations together) for a
+    task's p-value to be reported: MIN_DRAFTED_PER_SAMPLE per continuation, rounded up."""
+    return math.ceil(MIN_DRAFTED_PER_SAMPLE * samples)
+
+
+@dataclass(frozen=True)
+class DistCheck:
+    """check=distribution's result for a cell. Per task (`tasks[task]`: pvalue, status,
+    drafted, prompt_id): "tested" with the task's p-value when the method drafted at least
+    `floor` tokens in its draws, else "untested" and pvalue None. The cell's `pvalue` is
+    Bonferroni's min(1, m · min p) over the m tested tasks; `status` is "untested" (and
+    pvalue None) when no task was tested; `drafted` sums every task's drafted tokens."""
+
+    pvalue: float | None
+    status: str  # "tested" | "untested"
+    drafted: int
+    floor: int
+    tasks: dict[str, dict] = field(default_factory=dict)
+
+    def stamp(self, task: str, prompt_id: str) -> dict | None:
+        """The record fields of the unit this check sampled (the task's first prompt, turn 0):
+        {dist_pvalue, dist_status}; None for every prompt it did not sample."""
+        t = self.tasks.get(task)
+        if t is None or t["prompt_id"] != prompt_id:
+            return None
+        return {"dist_pvalue": t["pvalue"], "dist_status": t["status"]}
+
+
+def combine(tasks: dict[str, dict], floor: int) -> DistCheck:
+    """The cell's result from its tasks' (see DistCheck)."""
+    tested = [t["pvalue"] for t in tasks.values() if t["status"] == "tested"]
+    return DistCheck(
+        pvalue=bonferroni(tested) if tested else None,
+        status="tested" if tested else "untested",
+        drafted=sum(t["drafted"] for t in tasks.values()),
+        floor=floor,
+        tasks=tasks,
     )
+
+
+def first_of_each_task(prompts: list) -> list:
+    """The first prompt of every task, in the cell's order."""
+    seen: dict[str, object] = {}
+    for p in prompts:
+        seen.setdefault(p.task, p)
+    return list(seen.values())
+
+
+def for_run(cfg, prompts, tokenizer, baseline, method, out_dir, **kw) -> DistCheck:
+    """check=distribution for a cell: both sides drawn on the first turn of the first prompt
+    of every task, the method's every round drafting (force_drafting: k=auto would otherwise
+    choose plain rounds, and a check that drafts nothing tests nothing), with the run's
+    dist_samples, dist_positions and seed; kw: sampling, eos, clock, device. Writes
+    distcheck.json (the evidence per task) → DistCheck."""
+    samples, positions = int(cfg.dist_samples), int(cfg.dist_positions)
+    floor = drafting_floor(samples)
+    evidence, tasks = {}, {}
+    method.force_drafting(True)
+    try:
+        for prompt in first_of_each_task(prompts):
+            msgs = [{"role": "user", "content": prompt.turns[0]}]
+            ids = encode(tokenizer, msgs, bool(cfg.model.chat_template))
+            ev = check_prompt(
+                baseline,
+                method,
+                ids,
+                prompt.id,
+                samples=samples,
+                positions=positions,
+                seed=int(cfg.seed),
+                forced=bool(cfg.dist_forced),
+                **kw,
+            )
+            tested = ev["drafted_tokens"] >= floor
+            ev["status"] = "tested" if tested else "untested"
+            evidence[prompt.task] = ev
+            tasks[prompt.task] = {
+                "pvalue": ev["dist_pvalue"] if tested else None,
+                "status": ev["status"],
+                "drafted": ev["drafted_tokens"],
+                "prompt_id": prompt.id,
+            }
+    finally:
+        method.force_drafting(False)
+    result = combine(tasks, floor)
+    sampling = kw["sampling"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "distcheck.json").write_text(
+        json.dumps(
+            {
+                "method": method.name,
+                "baseline": baseline.name,
+                "temperature": sampling.temperature,
+                "top_k": sampling.top_k,
+                "top_p": sampling.top_p,
+                "samples": samples,
+                "positions": positions,
+                "forced_drafting": True,
+                "floor": floor,
+                "status": result.status,
+                "dist_pvalue": result.pvalue,
+                "drafted_tokens": result.drafted,
+                "accepted_tokens": sum(e["accepted_tokens"] for e in evidence.values()),
+                "tasks": evidence,
+            },
+            indent=1,
+        )
+    )
+    return result

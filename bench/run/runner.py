@@ -81,7 +81,8 @@ class Runner:
         self.band = Band()
         self.done: set[tuple[str, str]] = set()  # (task, prompt id) already in records.jsonl
         self.k = self.ctx.k(cfg.method)
-        self.dist_pvalue = None
+        self.dist = None  # check=distribution's result (distcheck.DistCheck)
+        self.verdict_method = None  # greedy re-decodes after a divergence (redecode)
         self.calibration = None  # (curve, drafting) k=auto was calibrated with (prepare)
 
     # --- one conversation ---
@@ -218,9 +219,9 @@ class Runner:
         )
         writer.write_env(env, cfg)
         if cfg.check == "distribution":  # T > 0: does the method sample the baseline's law?
-            self.dist_pvalue = distcheck.for_run(
+            self.dist = distcheck.for_run(
                 cfg,
-                self.prompts[0],
+                self.prompts,
                 self.tokenizer,
                 self.baseline,
                 self.method,
@@ -321,6 +322,34 @@ class Runner:
         cfg = self.cfg
         return measure(pair, int(cfg.repeats), int(cfg.remeasure), self.rules, self.band)
 
+    def redecode(self, prompt: Prompt):
+        """For the greedy verdict of a turn after a divergence: → ids ↦ the method's output on
+        those prompt ids (the baseline's history), decoded outside every measurement by a
+        method of its own (built once, calibrated as the measured one), so that the measured
+        method's cross-turn state (k=auto's rates, suffix's and recycling's tables) never sees
+        it. A compiled engine's new shapes are taken as known after it (untimed)."""
+
+        def run(ids: list[int]) -> list[int]:
+            if self.verdict_method is None:
+                self.verdict_method = build_method(self.cfg.method, self.ctx)
+                if self.calibration is not None:
+                    self.verdict_method.calibrate(*self.calibration)
+            res = generate(
+                self.verdict_method,
+                ids,
+                self.max_new(prompt),
+                self.sampling,
+                self.eos,
+                Clock(self.device),
+                None,
+                self.device,
+            )
+            if getattr(self.target, "compiled", False):
+                self.graphs = self.target.graphs()
+            return res.output_ids
+
+        return run
+
     def unit_records(self, prompt: Prompt, runs: dict) -> list[dict]:
         cfg = self.cfg
         info = rec.run_info(cfg, self.method.name, self.k, self.device, self.choice)
@@ -331,7 +360,9 @@ class Runner:
             self.sampling.greedy,
             float(cfg.tie_tolerance),
             self.device,
-            self.dist_pvalue,
+            dist=self.dist.stamp(prompt.task, prompt.id) if self.dist else None,
+            batch_invariant=bool(self.choice.get("batch_invariant", False)),
+            redecode=self.redecode(prompt) if self.sampling.greedy else None,
         )
         rows = list(rec.unit_records(info, prompt, names, runs, verdicts, int(cfg.repeats)))
         if self.forced is None:

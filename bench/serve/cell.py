@@ -327,6 +327,7 @@ class Cell:
                 "weights": str(self.s.dtype),
                 "dtype": str(self.s.dtype),
                 "kernel": "server",
+                "batch_invariant": False,  # a server's batching makes no such promise
             },
         }
 

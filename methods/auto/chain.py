@@ -81,7 +81,9 @@ class Chooser(Policy):
         if s:  # a round that pays the first step drafts its token go_rate() of the time
             a = [a[0] * self.go_rate(), *a[1:]]
         k = best_chain(a, self.costs, top, s)
-        if k == 0 and self.probes.due():  # measure again: the best k ≥ 1
+        # measure again: the best k ≥ 1; forced (force_drafting: the run's reading of the
+        # drafter's cost, check=distribution) drafts every round the same way
+        if k == 0 and (self.forced or self.probes.due()):
             rates = [expected(a, j) / self.costs.round(j, j * s) for j in range(1, top + 1)]
             k, self.probing = 1 + rates.index(max(rates)), True
         return k

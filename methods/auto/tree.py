@@ -173,8 +173,10 @@ class TreeChooser(Policy):
         return sorted(range(len(est)), key=lambda i: (-est[i], i))
 
     def size(self, est_sorted: list[float], steps: int) -> int:
-        """Nodes to verify from estimates sorted best first, the drafter's `steps` paid."""
-        return best_prefix(est_sorted[: self.max_nodes], self.costs, steps)
+        """Nodes to verify from estimates sorted best first, the drafter's `steps` paid; forced
+        (force_drafting) at least the best node, as a forced chain drafts its best k ≥ 1."""
+        n = best_prefix(est_sorted[: self.max_nodes], self.costs, steps)
+        return max(n, 1) if self.forced and est_sorted and self.max_nodes else n
 
     def deeper(self, est_sorted: list[float], frontier: list[float], steps: int) -> int:
         """Early stop and frontier width: can one more drafter step (its new nodes reaching at
@@ -288,6 +290,8 @@ class NodeRates(Policy):
         order = sorted(ids, key=lambda i: (-est[i], self.depth[i], i))[: self.max_nodes]
         ranked = [est[i] for i in order]
         n = best_prefix(ranked, self.costs, steps)
+        if self.forced and ranked:  # force_drafting: at least the best node
+            n = max(n, 1)
         if n:  # none chosen: the drafter is not run (Medusa's heads), a plain round
             self.gains.note(n, steps, self.costs)
         return sorted(order[:n])
