@@ -209,7 +209,7 @@ def test_a_trained_drafters_depth_is_the_chain_the_rule_picks_on_the_runs_costs(
     # the TreeChooser caps its depth with it when calibrated, and only with a prior
     tc = auto.TreeChooser(63, 10, prior)
     tc.calibrate({1: 1.0, 2: 1.08, 4: 1.18, 8: 1.45}, step_s=0.14)
-    assert tc.depth == 1 and tc.summary()["max_depth"] == 1
+    assert tc.depth == 1 and tc.summary()["limits"]["rule_depth"] == 1
     free = auto.TreeChooser(63, 10)
     free.calibrate({1: 1.0, 2: 1.08, 4: 1.18, 8: 1.45}, step_s=0.14)
     assert free.depth == 10
