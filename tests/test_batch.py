@@ -322,3 +322,24 @@ def test_a_seat_counts_the_rows_the_others_put_in_the_coming_forward(env):
     assert [seen[(b, 0)] for b in range(3)] == [2, 2, 3]
     assert [seen[(b, 1)] for b in range(3)] == [2, 2 + 1, 2 + 4]
     assert shared.asked_rows == 0
+
+
+def test_a_batch_line_holds_one_prompt_set():
+    """The report's batch lines: a B = 1 cell of the method joins only when it decoded the
+    prompts and budgets its B > 1 cells did; another prompt set's cells are named, not drawn."""
+    import pandas as pd
+
+    from bench.report.batch import batch_rows, left_off
+
+    same, other = "core, 2 prompts/task, 10 new tokens", "core, 2 prompts/task, 64 new tokens"
+    cells = pd.DataFrame(
+        [(f"r{i}", "all", "g", "ngram", 3, False, b, ps, 100.0 + b, 80.0, 90.0 * b, 70.0 * b)
+         for i, (b, ps) in enumerate([(1, same), (1, other), (2, same), (4, same)])],
+        columns=["run", "task", "group", "method", "k", "k_auto", "batch", "prompt_set",
+                 "tokens_per_s", "baseline_tokens_per_s", "batch_tokens_per_s",
+                 "batch_baseline_tokens_per_s"],
+    )  # fmt: skip
+    rows = batch_rows(cells)
+    assert list(rows.batch) == [1, 2, 4] and set(rows.prompt_set) == {same}
+    assert rows[rows.batch == 1].tokens_per_s.item() == 101.0  # the B = 1 cell's own figure
+    assert left_off(cells) == [f"ngram B=1 ({other})"]
