@@ -251,7 +251,7 @@ class Suffix(TreeMethod):
         return self.k + 1
 
     def static_bytes(self) -> int:
-        return self.responses.index.nbytes()  # earlier requests' outputs, kept across turns
+        return self.responses.index.nbytes()  # earlier outputs, as the last sync indexed them
 
     def state_bytes(self, state) -> int:
         return state.aux["local"].nbytes() if "local" in state.aux else 0
