@@ -107,12 +107,15 @@ class Clock:
         return [self._ns(a, b) for n, a, b in self._spans if n == name]
 
     def host_interval(self) -> tuple[int, int] | None:
-        """(host clock at the first span's start, at the last `read`) in perf_counter
-        nanoseconds: where the timed turn lies on the host's time line (several slots' turns
-        overlap there, bench.decode.batch); None before a span and a read."""
-        if self._host0 is None or self._host1 is None:
+        """Where the timed turn lies on the host's time line, in perf_counter nanoseconds
+        (several slots' turns overlap there, bench.decode.batch): on the CPU the first span's
+        start and the last one's end, exactly `wall`; on CUDA the host's clock at the first
+        span's start and at the last `read`. None before a span and a read."""
+        if self._host0 is None or self._host1 is None or not self._spans:
             return None
-        return self._host0, self._host1
+        if self.cuda:
+            return self._host0, self._host1
+        return self._spans[0][1], self._spans[-1][2]
 
     def read(self) -> dict[str, int]:
         """Totals per phase plus `wall` (first start → last end), `host_wall` and marks, in
