@@ -8,10 +8,11 @@ Two indices (drafters.suffix_automaton, substring counts up to `max_depth` token
   object, so it persists from prompt to prompt (and through warm-up and check=distribution); at
   most `max_cached` outputs, the oldest evicted first. A turn's output joins it when the turn
   ends (`finish`); the index work that implies (an append, or a rebuild after an eviction) runs
-  in the next turn's draft_prefill, inside the clock as drafting (ResponseCache.sync). With `reuse_same_prompt: false` a turn never drafts from the output of an
-  identical earlier prompt (Arctic's "a request id already cached is evicted at its start"):
-  measurement repeats of one prompt then measure the same thing. `true` lets them hit, as a
-  server would serve a repeated request.
+  in the next turn's draft_prefill, inside the clock as drafting (ResponseCache.sync). With
+  `reuse_same_prompt: false` a turn never drafts from the output of an identical earlier
+  prompt (Arctic's "a request id already cached is evicted at its start"): measurement
+  repeats of one prompt then measure the same thing. `true` lets them hit, as a server would
+  serve a repeated request.
 
 Per round, for each match length m = 1 .. min(max_depth, L) − 1 whose context suffix
 s = T[L−m..L−1] occurs in an index, a draft grows below s:

@@ -152,13 +152,16 @@ def test_on_the_one_call_forward_a_batch_is_one_native_call_a_round(tiny_target_
     def make(target):
         ctx = make_ctx(eng)
         ctx.target = target
-        return build_method(method_config(name, tiny_knobs(name)), ctx)
+        m = build_method(method_config(name, tiny_knobs(name)), ctx)
+        m.force_drafting(True)  # k=auto drafts every round: the drafts' rows go in the call
+        return m
 
     convs = prompts(6, seed=8)
     want = [run(make(eng), c, n=16).output_ids for c in convs]
     out = Batch(eng, make, 3).run(convs, one_turn, 16, GREEDY, set())
     assert [out.turns[(i, 0)].output_ids for i in range(6)] == want
     assert out.forwards < sum(t.target_forwards for t in out.turns.values())
+    assert sum(t.drafted_tokens for t in out.turns.values()) > 0 or name == "ar"
 
 
 LEAN_NATIVE = ["engine=lean", "model.weights=int4", "model.kernel=native_q8a"]  # one-call forward
