@@ -213,8 +213,10 @@ def test_a_batch_cell_runs_both_sides_at_b_and_reports_throughput(
     )
     assert row.rows_per_forward > 1 and row.speedup_exact is not None and row.exact_units > 0
     assert row.exact_match == 1 and row.batch_memory_overhead_mb >= 0
-    merged = [r for r in recs if r["batch_forwards"] < r["batch_rows"]]
-    assert merged  # forwards held several rows
+    for side in ("baseline", "method"):  # each batch run: fewer forwards than its turns took
+        for rep in (0, 1):
+            run = [r for r in recs if (r["role"], r["repeat"]) == (side, rep)]
+            assert run[0]["batch_forwards"] < sum(r["target_forwards"] for r in run)
     assert one[one.task == "all"].iloc[0].batch == 1
     assert one[one.task == "all"].batch_speedup.isna().all()
     from bench.report.index import build
