@@ -75,7 +75,7 @@ def test_each_conversation_keeps_its_own_budget_and_b_1_time_is_its_turns_wall(e
 def test_covered_time_counts_overlapping_turns_once():
     from bench.decode.batch import covered_s
 
-    assert covered_s([]) == 0
+    assert covered_s([]) == covered_s([None]) == 0
     assert covered_s([(0, 10), (30, 40)]) * 1e9 == pytest.approx(20)
     assert covered_s([(5, 20), (0, 10), (8, 12), (30, 40)]) * 1e9 == pytest.approx(30)
 

@@ -124,7 +124,7 @@ def covered_s(spans: list[tuple[int, int]]) -> float:
     """Seconds of the host's time line inside at least one of `spans` ((start, end) ns):
     sorted by start, each span adds what lies past the furthest end so far."""
     total, reach = 0, None
-    for a, b in sorted(spans):
+    for a, b in sorted(s for s in spans if s is not None):  # None: a turn with no timed span
         if reach is None or a >= reach:
             total, reach = total + b - a, b
         elif b > reach:
