@@ -26,16 +26,15 @@ def one_turn(conv, turn, outputs):
 
 
 def forced(env, name):
-    """maker with k=auto's drafting forced on every round (k=auto may stay plain on the tiny
-    models, and a batch of plain rounds would not test the drafts' rows)."""
-    make = maker(env, name)
-
-    def build_forced(target):
-        m = make(target)
-        m.force_drafting(True)
-        return m
-
-    return build_forced
+    """maker with drafting forced: k=auto pinned to the method's fixed size (fixed_k, or null:
+    its whole tree), as k=auto may stay plain on the tiny models (and even forced to draft,
+    it may verify no node, by measured costs), and a batch of plain rounds would not test the
+    drafts' rows."""
+    knobs = dict(tiny_knobs(name))
+    node = method_config(name, knobs)
+    if node.get("k") == "auto":
+        knobs["k"] = node.get("fixed_k")
+    return lambda target: build(env, name, knobs, target=target)
 
 
 @pytest.mark.parametrize("name", BATCHED)
