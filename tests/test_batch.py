@@ -347,3 +347,19 @@ def test_a_batch_line_holds_one_prompt_set():
     assert list(rows.batch) == [1, 2, 4] and set(rows.prompt_set) == {same}
     assert rows[rows.batch == 1].tokens_per_s.item() == 101.0  # the B = 1 cell's own figure
     assert left_off(cells) == [f"ngram B=1 ({other})"]
+
+
+def test_a_sampled_batch_cell_leaves_the_batch_1_check_empty(tiny_target_dir, tmp_path):
+    """At T > 0 a batch's draws come from one generator, not the batch-1 ones: no batch-1 run,
+    `batch1_match` empty on every record, and the cell still completes."""
+    import json
+
+    from conftest import compose
+
+    from bench.run.runner import execute
+
+    args = cell_args(tiny_target_dir, "ngram", "batch=2", "repeats=1", "temperature=1",
+                     f"out={tmp_path}")  # fmt: skip
+    _, path, _ = execute(compose(args), tmp_path)
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert recs and all(r["batch1_match"] is None and r["verdict"] is None for r in recs)
