@@ -25,6 +25,7 @@ def step_costs(engine, sizes=SIZES, context: int = 128, repeats: int = 3) -> dic
     so that a slow moment of the machine lands on every size alike rather than on one."""
     from groundfloor.clock import Clock
 
+    engine = unshared(engine)
     vocab = engine.vocab_size
     dev = engine.device
     ctx_ids = (torch.arange(context, device=dev) * 7919 % vocab)[None]
@@ -49,17 +50,23 @@ def curve(engine, sizes=SIZES, warm: bool = False, context: int = 128, repeats: 
     context. `warm`: the caller has warmed the engine up (a run, after its warm-up
     generations); a curve timed before that (a method's automatic budget at construction) is
     timed again, once, and kept for later callers."""
-    per = _CURVES.setdefault(engine, {})
+    per = _CURVES.setdefault(unshared(engine), {})
     key = (tuple(sizes), context)
     if key not in per or (warm and not per[key][1]):
         per[key] = (step_costs(engine, sizes, context, repeats), warm)
     return per[key][0]
 
 
+def unshared(engine):
+    """A batch slot's seat (engines.shared.Seat) → its engine, whose forwards a probe times
+    (a seat's own would wait for a shared round); any engine → itself."""
+    return getattr(engine, "unshared", engine)
+
+
 def timed(engine, sizes=SIZES) -> dict | None:
     """A curve `curve` has timed for this engine over these sizes (warm or not, a warm one
     first, at any context), or None: no timing here."""
-    got = [v for (s, _), v in _CURVES.get(engine, {}).items() if s == tuple(sizes)]
+    got = [v for (s, _), v in _CURVES.get(unshared(engine), {}).items() if s == tuple(sizes)]
     got.sort(key=lambda v: not v[1])
     return got[0][0] if got else None
 

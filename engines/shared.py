@@ -36,6 +36,12 @@ class Seat:
     def __getattr__(self, name):  # everything but forward is the engine's
         return getattr(self._shared.engine, name)
 
+    @property
+    def unshared(self):
+        """The engine itself: what a timing probe (engines.probe) times and keys its curve by.
+        A seat's forward outside SharedForward.map waits for a round that never comes."""
+        return self._shared.engine
+
     def __enter__(self):
         self._shared.enter(self._slot)
         return self

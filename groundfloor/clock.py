@@ -47,6 +47,7 @@ class Clock:
         self._open: tuple[str, object] | None = None
         self._used = 0
         self._host0: int | None = None  # the host's clock at the first span's start
+        self._host1: int | None = None  # the host's clock at the last read
 
     def _now(self):
         if self._host0 is None:
@@ -105,12 +106,24 @@ class Clock:
         synchronize makes the events readable)."""
         return [self._ns(a, b) for n, a, b in self._spans if n == name]
 
+    def host_interval(self) -> tuple[int, int] | None:
+        """Where the timed turn lies on the host's time line, in perf_counter nanoseconds
+        (several slots' turns overlap there, bench.decode.batch): on the CPU the first span's
+        start and the last one's end, exactly `wall`; on CUDA the host's clock at the first
+        span's start and at the last `read`. None before a span and a read."""
+        if self._host0 is None or self._host1 is None or not self._spans:
+            return None
+        if self.cuda:
+            return self._host0, self._host1
+        return self._spans[0][1], self._spans[-1][2]
+
     def read(self) -> dict[str, int]:
         """Totals per phase plus `wall` (first start → last end), `host_wall` and marks, in
         nanoseconds."""
         if self.cuda:
             torch.cuda.synchronize()
-        host = time.perf_counter_ns() - self._host0 if self._host0 is not None else 0
+        self._host1 = time.perf_counter_ns()
+        host = self._host1 - self._host0 if self._host0 is not None else 0
         out = {p: 0 for p in PHASES}
         for name, a, b in self._spans:
             out[name] = out.get(name, 0) + self._ns(a, b)

@@ -74,6 +74,7 @@ class Method:
     name = "base"
     baseline = "ar"  # the method the run interleaves as its baseline (conf/method/<baseline>)
     lossless = True  # False: an accept rule that may change the output (Medusa's typical)
+    bound = False  # True: a bound to compare against, not a method to deploy (oracle)
     auto = None  # k=auto: the methods.auto policy choosing each round's draft size
     # k=auto's kind of policy (methods.auto): a chain's length (Chooser), a dynamic tree's nodes
     # (TreeChooser), a static tree's pruning (NodeRates); use_auto builds it

@@ -8,6 +8,8 @@ length k gets from this engine's verify cost c(k + 1) (minus nothing for draftin
 free). Should the output ever leave the continuation (a near-tie that the verify forward
 rounds the other way), the oracle stops proposing for the rest of the turn. At T > 0 its
 drafts are point masses, accepted with probability p(x): still lossless, no longer perfect.
+It is a bound, not a method (`bound = True`): the report and the console mark it so
+(methods.registry.is_bound) and the gate leaves it out of its speed rows.
 Knobs: k.
 """
 
@@ -20,6 +22,7 @@ from methods.base import Method, Proposal
 
 class Oracle(Method):
     name = "oracle"
+    bound = True  # its drafts cost nothing and its answer is decoded untimed: not a method
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

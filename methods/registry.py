@@ -3,6 +3,7 @@
     method_config("eagle3")              # conf/method/eagle3.yaml as an OmegaConf node
     build_method(cfg_or_name, ctx)       # the class its `_target_` names, with (cfg, ctx)
     build_method("ar", ctx)              # the baseline, from conf/method/ar.yaml
+    is_bound("oracle")                   # True: a bound to compare against, not a method
 
 The runner, SAM's trained fallback, the knob checks and the tests all load methods here, so a
 method's defaults are written once, in its YAML.
@@ -10,6 +11,7 @@ method's defaults are written once, in its YAML.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +50,17 @@ class Context:
 
 def method_names() -> list[str]:
     return sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
+
+
+@functools.cache
+def is_bound(name: str) -> bool:
+    """Whether method `name` is a bound to compare against (its class's `bound`: oracle), not a
+    method to deploy; False for names not in conf/method/ (a server's, an older run's)."""
+    from hydra.utils import get_class
+
+    if name not in method_names():
+        return False
+    return bool(getattr(get_class(method_config(name)._target_), "bound", False))
 
 
 def method_config(name: str, overrides=None) -> DictConfig:

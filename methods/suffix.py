@@ -7,10 +7,12 @@ Two indices (drafters.suffix_automaton, substring counts up to `max_depth` token
 - global: the outputs of earlier turns of the run, the cross-request cache. It lives on the method
   object, so it persists from prompt to prompt (and through warm-up and check=distribution); at
   most `max_cached` outputs, the oldest evicted first. A turn's output joins it when the turn
-  ends (`finish`). With `reuse_same_prompt: false` a turn never drafts from the output of an
-  identical earlier prompt (Arctic's "a request id already cached is evicted at its start"):
-  measurement repeats of one prompt then measure the same thing. `true` lets them hit, as a
-  server would serve a repeated request.
+  ends (`finish`); the index work that implies (an append, or a rebuild after an eviction) runs
+  in the next turn's draft_prefill, inside the clock as drafting (ResponseCache.sync). With
+  `reuse_same_prompt: false` a turn never drafts from the output of an identical earlier
+  prompt (Arctic's "a request id already cached is evicted at its start"): measurement
+  repeats of one prompt then measure the same thing. `true` lets them hit, as a server would
+  serve a repeated request.
 
 Per round, for each match length m = 1 .. min(max_depth, L) − 1 whose context suffix
 s = T[L−m..L−1] occurs in an index, a draft grows below s:
@@ -134,13 +136,22 @@ class ResponseCache:
 
     A benchmark repeats each conversation: a turn seen before starts from the cache as it was
     when that turn first started (`enter`), as Token Recycling's matrix does, so a repeat never
-    drafts from answers its own conversation gave later (turn 2's answer on turn 1's repeat)."""
+    drafts from answers its own conversation gave later (turn 2's answer on turn 1's repeat).
+
+    Between turns (`enter`, `add`, `drop`: the loop's untimed start and finish) only the
+    bookkeeping of which outputs are cached changes; the index work they imply, a new output
+    appended or, after an eviction or a restore, the whole index rebuilt (past `limit` outputs:
+    every turn, O(Σ cached tokens · depth) in Python), waits for `sync`, which the next turn's
+    draft_prefill runs inside the clock as drafting. The index a round drafts from is the one
+    the cache's outputs give, as if it had been updated at once."""
 
     def __init__(self, limit: int, depth: int):
         self.limit, self.depth = limit, depth
         self.outputs: OrderedDict[tuple, list[int]] = OrderedDict()
         self.index = SuffixAutomaton(count_depth=depth)
         self.snapshots: OrderedDict[tuple, OrderedDict] = OrderedDict()
+        self.pending: list[list[int]] = []  # outputs to append to the index at the next sync
+        self.stale = False  # the index must be rebuilt from `outputs` at the next sync
 
     def enter(self, key: tuple) -> None:
         """A turn with prompt `key` starts: restore the cache it first started from, or
@@ -149,16 +160,22 @@ class ResponseCache:
             self.snapshots.move_to_end(key)
             if list(self.outputs.items()) != list(self.snapshots[key].items()):
                 self.outputs = OrderedDict(self.snapshots[key])
-                self._rebuild()
+                self.stale = True
             return
         self.snapshots[key] = OrderedDict(self.outputs)  # the token lists are never mutated
         while len(self.snapshots) > SNAPSHOTS:
             self.snapshots.popitem(last=False)
 
-    def _rebuild(self) -> None:
-        self.index = SuffixAutomaton(count_depth=self.depth)
-        for tokens in self.outputs.values():
-            self.index.extend_separated(tokens)
+    def sync(self) -> None:
+        """Bring the index up to the cached outputs (drafting work: call it inside the clock)."""
+        if self.stale:
+            self.index = SuffixAutomaton(count_depth=self.depth)
+            for tokens in self.outputs.values():
+                self.index.extend_separated(tokens)
+        else:
+            for tokens in self.pending:
+                self.index.extend_separated(tokens)
+        self.stale, self.pending = False, []
 
     def add(self, key: tuple, tokens: list[int]) -> None:
         if self.limit == 0 or not tokens:
@@ -169,14 +186,12 @@ class ResponseCache:
         while len(self.outputs) > self.limit:
             self.outputs.popitem(last=False)
             evicted = True
-        if replaced or evicted:
-            self._rebuild()
-        else:
-            self.index.extend_separated(tokens)
+        self.stale |= replaced or evicted
+        self.pending.append(tokens)
 
     def drop(self, key: tuple) -> None:
         if self.outputs.pop(key, None) is not None:
-            self._rebuild()
+            self.stale = True
 
 
 @dataclass(frozen=True)
@@ -237,7 +252,7 @@ class Suffix(TreeMethod):
         return self.k + 1
 
     def static_bytes(self) -> int:
-        return self.responses.index.nbytes()  # earlier requests' outputs, kept across turns
+        return self.responses.index.nbytes()  # earlier outputs, as the last sync indexed them
 
     def state_bytes(self, state) -> int:
         return state.aux["local"].nbytes() if "local" in state.aux else 0
@@ -251,6 +266,7 @@ class Suffix(TreeMethod):
         state.aux["prompt_key"] = key
 
     def draft_prefill(self, state, logits) -> None:
+        self.responses.sync()  # the earlier turns' index work, timed here (ResponseCache)
         state.aux["local"] = SuffixAutomaton(state.tokens.tolist(), count_depth=self.max_depth)
 
     def finish(self, state) -> None:

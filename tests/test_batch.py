@@ -25,15 +25,58 @@ def one_turn(conv, turn, outputs):
     return conv if turn == 0 else None
 
 
+def forced(env, name):
+    """maker with drafting forced: k=auto pinned to the method's fixed size (fixed_k, or null:
+    its whole tree), as k=auto may stay plain on the tiny models (and even forced to draft,
+    it may verify no node, by measured costs), and a batch of plain rounds would not test the
+    drafts' rows."""
+    knobs = dict(tiny_knobs(name))
+    node = method_config(name, knobs)
+    if node.get("k") == "auto":
+        knobs["k"] = node.get("fixed_k")
+    return lambda target: build(env, name, knobs, target=target)
+
+
 @pytest.mark.parametrize("name", BATCHED)
 def test_every_method_in_a_batch_decodes_its_batch_1_tokens(env, name):
     convs = prompts(5, seed=11)  # 3–29 tokens each; 5 conversations over 2 slots
-    alone = build(env, name, tiny_knobs(name))
-    want = [run(alone, c, n=20).output_ids for c in convs]
-    out = Batch(env["lean"], maker(env, name), 2).run(convs, one_turn, 20, GREEDY, set())
+    make = forced(env, name)
+    want = [run(make(None), c, n=20).output_ids for c in convs]
+    out = Batch(env["lean"], make, 2).run(convs, one_turn, 20, GREEDY, set())
     assert [out.turns[(i, 0)].output_ids for i in range(5)] == want
     assert set(out.slot_of.values()) == {0, 1}
     assert out.merged > 0  # forwards held several sequences' rows
+    drafted = sum(t.drafted_tokens for t in out.turns.values())
+    assert drafted > 0 or name == "ar"  # the drafts went through the shared forward
+
+
+def test_each_conversation_keeps_its_own_budget_and_b_1_time_is_its_turns_wall(env):
+    """A list of budgets: each conversation decodes its own count (not the largest), its
+    tokens a lone decode's with that budget; at B = 1 the batch's time is the Σ of its turns'
+    wall, the batch-1 cell's clock; at B = 3 it lies between the longest turn and their Σ."""
+    convs, budgets = prompts(4, seed=3), [3, 12, 7, 20]
+    ar = build(env, "ar", {})
+    want = [run(ar, c, n=n).output_ids for c, n in zip(convs, budgets)]
+    for size in (1, 3):
+        out = Batch(env["lean"], maker(env, "ngram"), size).run(
+            convs, one_turn, budgets, GREEDY, set()
+        )
+        assert [out.turns[(i, 0)].output_ids for i in range(4)] == want
+        walls = [t.times_ns["wall"] / 1e9 for t in out.turns.values()]
+        if size == 1:
+            assert out.wall_s == pytest.approx(sum(walls), rel=1e-12)
+        else:
+            assert max(walls) <= out.wall_s <= sum(walls)
+    with pytest.raises(ValueError, match="2 budgets for 4 conversations"):
+        Batch(env["lean"], maker(env, "ar"), 2).run(convs, one_turn, [3, 4], GREEDY, set())
+
+
+def test_covered_time_counts_overlapping_turns_once():
+    from bench.decode.batch import covered_s
+
+    assert covered_s([]) == covered_s([None]) == 0
+    assert covered_s([(0, 10), (30, 40)]) * 1e9 == pytest.approx(20)
+    assert covered_s([(5, 20), (0, 10), (8, 12), (30, 40)]) * 1e9 == pytest.approx(30)
 
 
 @pytest.mark.parametrize("size", [1, 2, 4])
@@ -108,38 +151,56 @@ def test_on_the_one_call_forward_a_batch_is_one_native_call_a_round(tiny_target_
     def make(target):
         ctx = make_ctx(eng)
         ctx.target = target
-        return build_method(method_config(name, tiny_knobs(name)), ctx)
+        m = build_method(method_config(name, tiny_knobs(name)), ctx)
+        m.force_drafting(True)  # k=auto drafts every round: the drafts' rows go in the call
+        return m
 
     convs = prompts(6, seed=8)
     want = [run(make(eng), c, n=16).output_ids for c in convs]
     out = Batch(eng, make, 3).run(convs, one_turn, 16, GREEDY, set())
     assert [out.turns[(i, 0)].output_ids for i in range(6)] == want
     assert out.forwards < sum(t.target_forwards for t in out.turns.values())
+    assert sum(t.drafted_tokens for t in out.turns.values()) > 0 or name == "ar"
+
+
+LEAN_NATIVE = ["engine=lean", "model.weights=int4", "model.kernel=native_q8a"]  # one-call forward
+
+
+def cell_args(target, method, *extra):
+    """A small cell on the tiny target's int4 weights and native kernels: the lean engine's
+    one-call forward, every sequence's rows through each product together."""
+    return [
+        "model=hf", f"model.target={target}", "model.dtype=float32", "device=cpu",
+        "task=core", "limit=2", "max_new_tokens=10", "repeats=2", "warmup=0", "remeasure=0",
+        f"method={method}", *LEAN_NATIVE, *extra,
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("method", ["ngram", "ar"])
 def test_a_batch_cell_runs_both_sides_at_b_and_reports_throughput(
     tiny_target_dir, tmp_path, method
 ):
-    """`batch=3`: both sides decoded three at a time, interleaved batch run by batch run; the
-    records carry the batch runs' figures, the method's tokens equal a batch=1 run's, and
-    summary.csv has the aggregate throughput of each side, their ratio and rows per forward."""
+    """`batch=3` on the lean engine's real batched forward: both sides decoded three at a
+    time, interleaved batch run by batch run; the records carry the batch runs' figures and
+    the batch-1 check, the method's tokens equal a batch=1 run's, and summary.csv has the
+    aggregate throughput of each side, their ratio and rows per forward."""
     import json
 
     from conftest import compose
 
     from bench.run.runner import execute
 
-    base = [
-        "model=hf", f"model.target={tiny_target_dir}", "model.dtype=float32", "device=cpu",
-        "task=core", "limit=2", "max_new_tokens=10", "repeats=2", "warmup=0", "remeasure=0",
-        f"method={method}",
-    ]  # fmt: skip
+    base = cell_args(tiny_target_dir, method)
     one, _, _ = execute(compose(base + [f"out={tmp_path / 'b1'}"]), tmp_path / "b1")
-    three, path, _ = execute(compose(base + ["batch=3", f"out={tmp_path / 'b3'}"]), tmp_path / "b3")
+    three, path, runner = execute(
+        compose(base + ["batch=3", f"out={tmp_path / 'b3'}"]), tmp_path / "b3"
+    )
+    assert runner.target.model.native_stack() is not None  # the one-call forward ran
     recs = [json.loads(line) for line in path.read_text().splitlines()]
     assert {r["batch"] for r in recs} == {3} and all(r["batch_wall_s"] > 0 for r in recs)
     assert {r["slot"] for r in recs} == {0, 1, 2}
+    assert all(r["batch1_match"] is True and r["batch1_divergence"] is None for r in recs)
+    assert {r["role"] for r in recs} == {"baseline", "method"}
     ids = {(r["prompt_id"], r["turn"], r["role"], r["repeat"]): r["output_ids"] for r in recs}
     first = [json.loads(x) for x in (tmp_path / "b1" / "records.jsonl").read_text().splitlines()]
     assert all(ids[(r["prompt_id"], r["turn"], r["role"], r["repeat"])] == r["output_ids"]
@@ -150,7 +211,11 @@ def test_a_batch_cell_runs_both_sides_at_b_and_reports_throughput(
         row.batch_tokens_per_s / row.batch_baseline_tokens_per_s
     )
     assert row.rows_per_forward > 1 and row.speedup_exact is not None and row.exact_units > 0
-    assert row.batch_memory_overhead_mb >= 0
+    assert row.exact_match == 1 and row.batch_memory_overhead_mb >= 0
+    for side in ("baseline", "method"):  # each batch run: fewer forwards than its turns took
+        for rep in (0, 1):
+            run = [r for r in recs if (r["role"], r["repeat"]) == (side, rep)]
+            assert run[0]["batch_forwards"] < sum(r["target_forwards"] for r in run)
     assert one[one.task == "all"].iloc[0].batch == 1
     assert one[one.task == "all"].batch_speedup.isna().all()
     from bench.report.index import build
@@ -162,6 +227,40 @@ def test_a_batch_cell_runs_both_sides_at_b_and_reports_throughput(
     assert len(charts) == 1
     rows = __import__("pandas").read_csv(tmp_path / "report" / "batches.csv")
     assert sorted(rows.batch) == [1, 3] and (rows.speedup > 0).all()
+
+
+def test_a_shared_forward_bug_on_both_sides_fails_the_batch_1_check(
+    tiny_target_dir, tmp_path, monkeypatch
+):
+    """A planted bug in the shared forward (every sequence's logits pushed toward one token)
+    hits the method and ar at B alike, so method@B equals ar@B; the batch-1 check still finds
+    every turn of both sides off its batch-1 tokens and exact_match counts it."""
+    import json
+
+    from conftest import compose
+
+    from bench.run.runner import execute
+    from engines.shared import Out, SharedForward
+
+    honest = SharedForward._forward
+
+    def planted(self, args):
+        outs = honest(self, args)
+        for o in outs:
+            o.logits[..., 7] += 1e4  # every row's argmax becomes token 7
+        return [Out(o.logits, o.hidden) for o in outs]
+
+    monkeypatch.setattr(SharedForward, "_forward", planted)
+    args = cell_args(tiny_target_dir, "ngram", "batch=2", "repeats=1", f"out={tmp_path}")
+    summary, path, _ = execute(compose(args), tmp_path)
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert all(r["output_ids"] == [7] * len(r["output_ids"]) for r in recs)  # the bug ran
+    method = [r for r in recs if r["role"] == "method" and r["turn"] == 0]
+    assert method and all(r["verdict"] == "mismatch" for r in method)
+    assert all(r["batch1_match"] is False for r in recs if r["turn"] == 0)
+    assert all(r["batch1_divergence"] == 0 for r in recs if r["turn"] == 0)
+    row = summary[summary.task == "all"].iloc[0]
+    assert row.exact_match == 0 and row.mismatches > 0
 
 
 def test_a_sequence_in_a_batch_prices_its_rows_on_the_batch_forward():
@@ -227,3 +326,40 @@ def test_a_seat_counts_the_rows_the_others_put_in_the_coming_forward(env):
     assert [seen[(b, 0)] for b in range(3)] == [2, 2, 3]
     assert [seen[(b, 1)] for b in range(3)] == [2, 2 + 1, 2 + 4]
     assert shared.asked_rows == 0
+
+
+def test_a_batch_line_holds_one_prompt_set():
+    """The report's batch lines: a B = 1 cell of the method joins only when it decoded the
+    prompts and budgets its B > 1 cells did; another prompt set's cells are named, not drawn."""
+    import pandas as pd
+
+    from bench.report.batch import batch_rows, left_off
+
+    same, other = "core, 2 prompts/task, 10 new tokens", "core, 2 prompts/task, 64 new tokens"
+    cells = pd.DataFrame(
+        [(f"r{i}", "all", "g", "ngram", 3, False, b, ps, 100.0 + b, 80.0, 90.0 * b, 70.0 * b)
+         for i, (b, ps) in enumerate([(1, same), (1, other), (2, same), (4, same)])],
+        columns=["run", "task", "group", "method", "k", "k_auto", "batch", "prompt_set",
+                 "tokens_per_s", "baseline_tokens_per_s", "batch_tokens_per_s",
+                 "batch_baseline_tokens_per_s"],
+    )  # fmt: skip
+    rows = batch_rows(cells)
+    assert list(rows.batch) == [1, 2, 4] and set(rows.prompt_set) == {same}
+    assert rows[rows.batch == 1].tokens_per_s.item() == 101.0  # the B = 1 cell's own figure
+    assert left_off(cells) == [f"ngram B=1 ({other})"]
+
+
+def test_a_sampled_batch_cell_leaves_the_batch_1_check_empty(tiny_target_dir, tmp_path):
+    """At T > 0 a batch's draws come from one generator, not the batch-1 ones: no batch-1 run,
+    `batch1_match` empty on every record, and the cell still completes."""
+    import json
+
+    from conftest import compose
+
+    from bench.run.runner import execute
+
+    args = cell_args(tiny_target_dir, "ngram", "batch=2", "repeats=1", "temperature=1",
+                     f"out={tmp_path}")  # fmt: skip
+    _, path, _ = execute(compose(args), tmp_path)
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert recs and all(r["batch1_match"] is None and r["verdict"] is None for r in recs)

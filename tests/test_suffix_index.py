@@ -150,3 +150,78 @@ def test_drafts_match_brute_force(tree):
         assert got.score == pytest.approx(want[2])
         if got.tokens:
             assert got.match_len == want[3]
+
+
+def suffix_on_tiny(**knobs):
+    """The suffix method (fixed k, chain) on the tiny lean target."""
+    from conftest import tiny_llama
+    from helpers import make_ctx
+
+    from engines.load import wrap
+    from methods.registry import build_method, method_config
+
+    ctx = make_ctx(wrap(tiny_llama(0), "lean"))
+    return build_method(method_config("suffix", {"k": 6, **knobs}), ctx)
+
+
+def turns_with_evictions_and_repeats():
+    """Prompts whose answers recur (q continues p's answer), more of them than max_cached=2
+    keeps (an eviction and a rebuild every turn from the third), and repeats of earlier
+    prompts (the cache restored to where their first run started)."""
+    from helpers import prompts
+
+    return prompts(4, seed=21)
+
+
+def test_index_work_between_turns_runs_inside_the_clock(one_thread, monkeypatch):
+    """Past max_cached outputs every turn rebuilds the global index; that work (and each
+    append) runs in draft_prefill, which the decode loop times as drafting, never in the
+    untimed start or finish."""
+    import inspect
+
+    from helpers import run
+
+    callers = []
+    honest = SuffixAutomaton.extend_separated
+
+    def spy(self, tokens):  # the real method, its callers noted
+        callers.append({f.function for f in inspect.stack()[1:12]})
+        return honest(self, tokens)
+
+    monkeypatch.setattr(SuffixAutomaton, "extend_separated", spy)
+    from helpers import prompts
+
+    m = suffix_on_tiny(max_cached=2)
+    for p in prompts(6, seed=5):
+        res = run(m, p, n=12)
+        assert m.responses.pending[-1] == res.output_ids  # left for the next turn's clock
+    # turns 2, 3 append the one before; turns 4-6 evict and rebuild from the two kept
+    assert len(callers) == 1 + 1 + 2 + 2 + 2
+    assert all("draft_prefill" in c and not {"finish", "begin", "end"} & c for c in callers)
+
+
+def test_the_deferred_index_drafts_what_an_index_updated_at_once_drafts(one_thread):
+    """The same turns on two suffix methods, one whose index is brought up to date at every
+    turn's end (the old, untimed, behaviour) and one that defers it to the next draft_prefill:
+    the same tokens, drafts and accepts at every turn, and both indexes hold the kept outputs
+    in order."""
+    from helpers import run
+
+    lazy, eager = suffix_on_tiny(max_cached=2), suffix_on_tiny(max_cached=2)
+    ps = turns_with_evictions_and_repeats()
+    first = run(suffix_on_tiny(), ps[0], n=12).output_ids
+    ps.append(ps[0] + first[:3])  # its answer continues ps[0]'s, found in the global index
+    hits = 0
+    for p in ps + ps[:2] + ps[-1:]:
+        a = run(lazy, p, n=12)
+        b = run(eager, p, n=12)
+        eager.responses.sync()
+        assert (a.output_ids, a.accept_lengths, a.drafted_tokens) == (
+            b.output_ids, b.accept_lengths, b.drafted_tokens
+        )  # fmt: skip
+        hits += a.accepted_tokens
+    lazy.responses.sync()
+    kept = list(lazy.responses.outputs.values())
+    assert len(kept) == 2 and lazy.responses.index.tokens == eager.responses.index.tokens
+    assert lazy.responses.index.tokens == [-1, *kept[0], -2, *kept[1]]
+    assert hits > 0

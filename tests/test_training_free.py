@@ -118,6 +118,7 @@ def test_suffix_eviction_bound(target):
     m = build_method(conf("suffix", max_cached=2), make_ctx(target))
     outs = [run(m, p, n=12).output_ids for p in prompts(3, seed=4)]
     assert list(m.responses.outputs.values()) == outs[1:]  # the oldest went first
+    m.responses.sync()  # what the next turn's draft_prefill runs, inside its clock
     assert m.responses.index.tokens == [-1, *outs[1], -2, *outs[2]]  # rebuilt from the kept
     assert build_method(conf("suffix", max_cached=0), make_ctx(target)).responses.limit == 0
 

@@ -3,7 +3,9 @@
 A speedup marked † comes from a cell with units that stayed disturbed after re-measurement
 (unclean_units > 0: read it with care); ‡ marks cells where disturbed units were re-measured
 and cleaned. The footer says how many of each. ↻ marks a speedup that rests on repetition
-loops (rests_on_loops; docs/metrics.md, *Loops and stop reasons*).
+loops (rests_on_loops; docs/metrics.md, *Loops and stop reasons*). A bound (oracle:
+methods.registry.is_bound) is named with BOUND after it, here and in the report's labels, and
+the footer says what it is.
 """
 
 from __future__ import annotations
@@ -13,6 +15,14 @@ import math
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+
+from methods.registry import is_bound
+
+BOUND = " (bound)"  # after a bound's name: a perfect drafter's ceiling, not a method to deploy
+BOUND_NOTE = (
+    "(bound): the target's own greedy answer as the draft, decoded outside the clock: the "
+    "ceiling of any drafter at that k, not a method to rank or deploy."
+)
 
 
 def k_label(r) -> str:
@@ -70,7 +80,7 @@ def rests_on_loops(r) -> bool:
 SUMMARY = [
     ("task", lambda r: str(r.task)),
     ("category", lambda r: "" if r.category == "all" else str(r.category)),
-    ("method", lambda r: str(r.method)),
+    ("method", lambda r: str(r.method) + (BOUND if is_bound(str(r.method)) else "")),
     ("k", k_label),
     ("T", lambda r: _f(r.temperature, "{:g}")),
     ("B", lambda r: str(getattr(r, "batch", 1))),
@@ -129,6 +139,8 @@ def print_summary(summary: pd.DataFrame, title: str, console: Console | None = N
     unclean = (
         int(rows.unclean_units.fillna(0).max()) if "unclean_units" in rows and len(rows) else 0
     )
+    if any(is_bound(str(m)) for m in summary.method):
+        console.print(BOUND_NOTE)
     if dist or unclean:
         console.print(
             f"interference: {dist} unit(s) disturbed by other work on the machine, "

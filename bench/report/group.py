@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from bench.outputs.metrics import ci
+from bench.outputs.table import BOUND_NOTE
 from bench.report import charts, tables
 from bench.report.runs import slug
 
@@ -92,7 +93,9 @@ def leaderboard(x: Group) -> None:
         f"<sub>data: [leaderboard__{s}.csv](leaderboard__{s}.csv). {note} No interval is "
         "shown where it collapses to a point (one prompt, or identical prompts). † the cell "
         "kept units disturbed by other work on the machine after re-measurement; ‡ disturbed "
-        "units were re-measured and their quiet repeats used.</sub>",
+        "units were re-measured and their quiet repeats used."
+        + (f" {BOUND_NOTE}" if board.bound.any() else "")
+        + "</sub>",
         "",
     )
 

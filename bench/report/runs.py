@@ -5,7 +5,8 @@ Hydra sweep under results/<time>_sweep/<n>_<method>/). `load_runs` returns two D
 
     cells    one row per summary.csv row (task × method config, task='all' overall rows
              included), plus the run's identity: model, device, device_name, dtype, group,
-             source, run, settings; and τ's 95% interval (bootstrap over prompt × turn units)
+             source, run, settings (prompt_set and repeats), prompt_set (the prompts and
+             budgets); and τ's 95% interval (bootstrap over prompt × turn units)
     records  records.jsonl of every run (output ids dropped) with the same identity columns
 
 `group` names the (model, device, engine · weights · dtype[, source]) a number was measured on:
@@ -97,15 +98,20 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60]
 
 
-def _settings(cfg: dict) -> str:
-    """The prompt set and length a run used, e.g. 'core, 1 prompt/task, 24 new tokens, 1 repeat'."""
+def _prompt_set(cfg: dict) -> str:
+    """The prompts and budgets a run decoded, e.g. 'core, 1 prompt/task, 24 new tokens'."""
     task = (cfg.get("task") or {}).get("name", "?")
     limit = cfg.get("limit")
     per = f"{limit} prompt{'s' if limit != 1 else ''}/task" if limit else "all prompts"
     new = cfg.get("max_new_tokens")
     length = f"{new} new tokens" if new else "task-default lengths"
+    return f"{task}, {per}, {length}"
+
+
+def _settings(cfg: dict) -> str:
+    """The prompt set and length a run used, e.g. 'core, 1 prompt/task, 24 new tokens, 1 repeat'."""
     reps = cfg.get("repeats")
-    return f"{task}, {per}, {length}, {reps} repeat{'s' if reps != 1 else ''}"
+    return f"{_prompt_set(cfg)}, {reps} repeat{'s' if reps != 1 else ''}"
 
 
 def _read_yaml(path: Path) -> dict:
@@ -131,6 +137,7 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
         "host": env.get("host") or "unknown",
         "run": str(run),
         "settings": _settings(cfg),
+        "prompt_set": _prompt_set(cfg),
         "group": group_label(model, dev, dtype),
     }
     path = run / "records.jsonl"

@@ -14,16 +14,23 @@ import pandas as pd
 
 from bench.outputs.acceptance import tau_round_of
 from bench.outputs.metrics import ci
+from bench.outputs.table import BOUND
 from bench.outputs.table import mark as interference_mark
 from bench.report.charts import config_label
+from methods.registry import is_bound
 
 PHASES = ["prefill", "draft", "verify", "other"]
 
 
 def with_labels(cells: pd.DataFrame) -> pd.DataFrame:
+    """`label` for every row ('ngram k=8'), a bound (oracle) marked as one: 'oracle k=4
+    (bound)'."""
     out = cells.copy()
     auto = out.k_auto.fillna(False).astype(bool) if "k_auto" in out else [False] * len(out)
-    out["label"] = [config_label(m, k, a) for m, k, a in zip(out.method, out.k, auto)]
+    out["label"] = [
+        config_label(m, k, a) + (BOUND if is_bound(str(m)) else "")
+        for m, k, a in zip(out.method, out.k, auto)
+    ]
     return out
 
 
@@ -79,10 +86,12 @@ def leaderboard(cells: pd.DataFrame) -> pd.DataFrame:
         "tokens_per_s",
         "baseline_tokens_per_s",
         "mark",
+        "bound",
         "run",
     ]
     df = with_labels(cells)
     df["mark"] = [interference_mark(r) for r in df.itertuples()]
+    df["bound"] = [is_bound(str(m)) for m in df.method]  # a ceiling (oracle), not a method
     whole = task_rows(df)
     if "category" in df and whole.task.nunique() == 1 and (df.category != "all").any():
         per = df[df.category != "all"].assign(task=lambda d: d.category)

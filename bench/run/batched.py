@@ -8,12 +8,24 @@ the usual ones (one per prompt × turn × role × repeat, the greedy verdict aga
 same repeat), with the batch run's figures added (batch_*), from which summary.csv's batch
 metrics come (bench.outputs.metrics). A batch run is judged disturbed when other work or steal
 took more than `disturb_others` of the machine during it (groundfloor.load); disturbed runs are
-flagged, not re-measured.
+flagged, not re-measured. Every conversation gets its own budget (the runner's max_new, as at
+B = 1).
+
+The batch-1 check: a bug in the shared forward hits both sides at B alike, so method@B against
+ar@B cannot see it. At T = 0, after the timed runs, the baseline decodes every conversation
+once more at B = 1 on the engine itself (untimed), and every record of both sides is compared
+with it turn by turn: `batch1_match` (None where the turn's prompt is not the batch-1 one's, an
+earlier turn having diverged, or at T > 0) and `batch1_divergence` (the first position that
+differs). A method turn that differs from its batch-1 tokens takes the worse of its verdict
+and bench.outputs.verdict.compare's against the batch-1 tokens, so exact_match counts it; a
+later method turn whose prompt is no longer the batch-1 one is `after-divergence`, as a turn
+after a divergence from the baseline at B is.
 """
 
 from __future__ import annotations
 
 from bench.decode.batch import Batch
+from bench.outputs.verdict import AFTER_DIVERGENCE, compare, first_divergence
 from bench.run.interference import interfered
 from engines import probe
 from groundfloor.load import LoadProbe
@@ -63,8 +75,9 @@ class Batched:
         return turn_ids(self.runner.tokenizer, prompt.turns, outputs[:turn],
                         bool(self.runner.cfg.model.chat_template))  # fmt: skip
 
-    def side(self, role: str, prompts: list, max_new: int):
-        """One batch run of a side over `prompts` → (BatchRun, the load during it)."""
+    def side(self, role: str, prompts: list, max_new):
+        """One batch run of a side over `prompts` (max_new: one budget, or one per prompt) →
+        (BatchRun, the load during it)."""
         r = self.runner
         gen = None
         if not r.sampling.greedy:
@@ -83,7 +96,7 @@ class Batched:
     def measure(self, prompts: list, repeats: int) -> dict:
         """`repeats` batch runs of each side, alternating which goes first → {prompt id: runs}
         in the shape bench.outputs.records.unit_records takes, and the batch runs' figures."""
-        max_new = max(self.runner.max_new(p) for p in prompts)
+        max_new = [self.runner.max_new(p) for p in prompts]  # each its own, as at B = 1
         per = {p.id: {"baseline": [], "method": []} for p in prompts}
         batches = []
         for rep in range(repeats):
@@ -97,6 +110,59 @@ class Batched:
                     conv = [(run.ids[(i, t)], run.turns[(i, t)], None, load) for t in turns]
                     per[p.id][role].append((conv, run, quiet, run.slot_of[i]))
         return {"prompts": per, "batches": batches}
+
+    def batch1(self, prompts: list) -> dict:
+        """{prompt id: [(turn prompt ids, output ids)]}: the baseline's conversations decoded
+        one at a time on the engine itself, untimed, after the timed runs (greedy only: a
+        sampled batch draws from one generator, so its tokens are not the batch-1 draws)."""
+        r = self.runner
+        if not r.sampling.greedy:
+            return {}
+        return {
+            p.id: [(ids, res.output_ids) for ids, res, *_ in
+                   r.conversation(r.baseline, p, r.max_new(p))]
+            for p in prompts
+        }  # fmt: skip
+
+    def unit_records(self, prompt, per: dict, repeats: int, ref: list | None) -> list[dict]:
+        """One prompt's records: the runner's, with the batch runs' figures and the batch-1
+        check (`ref`: Batched.batch1's entry for the prompt, None at T > 0)."""
+        r = self.runner
+        records = r.unit_records(prompt, units(per, repeats))
+        turns = [
+            (batch_fields(int(r.cfg.batch), run, quiet, slot), ids)
+            for role in ("baseline", "method")
+            for conv, run, quiet, slot in per[role]
+            for ids, *_ in conv
+        ]  # unit_records' order: role, repeat, turn
+        for rec, (fields, ids) in zip(records, turns, strict=True):
+            rec.update(fields)
+            rec.update(self.against_batch1(rec, ids, ref))
+        return records
+
+    def against_batch1(self, rec: dict, ids: list[int], ref: list | None) -> dict:
+        """A record's batch-1 fields, and for a method turn that differs, the worse verdict."""
+        t = rec["turn"]
+        if ref is None or t >= len(ref):
+            return {"batch1_match": None, "batch1_divergence": None}
+        if ref[t][0] != ids:  # an earlier turn left the batch-1 tokens: another prompt
+            out = {"batch1_match": None, "batch1_divergence": None}
+            if rec["role"] == "method" and rec.get("verdict") in WORSE[:2]:
+                out.update(AFTER_DIVERGENCE)
+            return out
+        want, got = ref[t][1], rec["output_ids"]
+        j = first_divergence(want, got)
+        out = {"batch1_match": j is None, "batch1_divergence": j}
+        if j is not None and rec["role"] == "method" and rec.get("verdict") in WORSE:
+            r = self.runner
+            invariant = bool(r.choice.get("batch_invariant", False))
+            v = compare(r.target, ids, want, got, float(r.cfg.tie_tolerance), r.device, invariant)
+            if WORSE.index(v["verdict"]) > WORSE.index(rec["verdict"]):
+                out.update(v)
+        return out
+
+
+WORSE = ("exact", "near-tie", "mismatch")  # greedy verdicts, best first
 
 
 def batch_fields(B: int, run, quiet: bool, slot: int) -> dict:

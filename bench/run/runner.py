@@ -21,7 +21,7 @@ from bench.outputs import records as rec
 from bench.outputs.answers import answer_text, recount, write_answers
 from bench.outputs.verdict import turn_verdicts
 from bench.run import distcheck, forced, lifecycle
-from bench.run.batched import Batched, batch_fields, units
+from bench.run.batched import Batched
 from bench.run.interference import Band, Rules, measure
 from engines import probe
 from groundfloor.clock import Clock, settle_heap
@@ -270,19 +270,10 @@ class Runner:
         batched = Batched(self)
         batched.warm(todo)
         got = batched.measure(todo, repeats)
+        ref = batched.batch1(todo)  # the baseline's batch-1 tokens, untimed (greedy only)
         for prompt in todo:
             per = got["prompts"][prompt.id]
-            runs = units(per, repeats)
-            records = self.unit_records(prompt, runs)
-            figures = [
-                batch_fields(B, run, quiet, slot)
-                for role in ("baseline", "method")
-                for conv, run, quiet, slot in per[role]
-                for _ in conv
-            ]  # unit_records' order: role, repeat, turn
-            for r, f in zip(records, figures, strict=True):
-                r.update(f)
-            writer.write_unit(records)
+            writer.write_unit(batched.unit_records(prompt, per, repeats, ref.get(prompt.id)))
             self.done.add((prompt.task, prompt.id))
             if progress:
                 progress.advance(task_id)
