@@ -211,14 +211,19 @@ def check_prompt(
         "dist_pvalue": bonferroni([t["pvalue"] for t in tests]),
         "tests": tests,
         **stats,
-        "counts_per_position": [
-            {
-                role: {str(t): c for t, c in Counter(s[j] for s in side).most_common()}
-                for role, side in (("baseline", base), ("method", meth))
-            }
-            for j in range(positions)
-        ],
+        "counts_per_position": counts_per_position(base, meth, positions),
     }
+
+
+def counts_per_position(base: list, meth: list, positions: int) -> list[dict]:
+    """[{role: {token: count}} for each position j], most common first (distcheck.json)."""
+    return [
+        {
+            role: {str(t): c for t, c in Counter(s[j] for s in side).most_common()}
+            for role, side in (("baseline", base), ("method", meth))
+        }
+        for j in range(positions)
+    ]
 
 
 def drafting_floor(samples: int) -> int:
@@ -295,39 +300,50 @@ def for_run(cfg, prompts, tokenizer, baseline, method, out_dir, **kw) -> DistChe
                 forced=bool(cfg.dist_forced),
                 **kw,
             )
-            tested = ev["drafted_tokens"] >= floor
-            ev["status"] = "tested" if tested else "untested"
             evidence[prompt.task] = ev
-            tasks[prompt.task] = {
-                "pvalue": ev["dist_pvalue"] if tested else None,
-                "status": ev["status"],
-                "drafted": ev["drafted_tokens"],
-                "prompt_id": prompt.id,
-            }
+            tasks[prompt.task] = task_entry(ev, floor)
     finally:
         method.force_drafting(False)
     result = combine(tasks, floor)
     sampling = kw["sampling"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "distcheck.json").write_text(
-        json.dumps(
-            {
-                "method": method.name,
-                "baseline": baseline.name,
-                "temperature": sampling.temperature,
-                "top_k": sampling.top_k,
-                "top_p": sampling.top_p,
-                "samples": samples,
-                "positions": positions,
-                "forced_drafting": True,
-                "floor": floor,
-                "status": result.status,
-                "dist_pvalue": result.pvalue,
-                "drafted_tokens": result.drafted,
-                "accepted_tokens": sum(e["accepted_tokens"] for e in evidence.values()),
-                "tasks": evidence,
-            },
-            indent=1,
-        )
-    )
+    head = {
+        "method": method.name,
+        "baseline": baseline.name,
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "samples": samples,
+        "positions": positions,
+    }
+    write_evidence(out_dir, head, result, evidence)
     return result
+
+
+def task_entry(ev: dict, floor: int) -> dict:
+    """A task's DistCheck entry from its prompt's evidence (whose `status` it sets): tested
+    with the prompt's p-value when the method drafted at least `floor` tokens."""
+    tested = ev["drafted_tokens"] >= floor
+    ev["status"] = "tested" if tested else "untested"
+    return {
+        "pvalue": ev["dist_pvalue"] if tested else None,
+        "status": ev["status"],
+        "drafted": ev["drafted_tokens"],
+        "prompt_id": ev["prompt_id"],
+    }
+
+
+def write_evidence(out_dir, head: dict, result: DistCheck, evidence: dict) -> None:
+    """distcheck.json: the check's settings (`head`), the cell's result and each task's
+    evidence."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = {
+        **head,
+        "forced_drafting": True,
+        "floor": result.floor,
+        "status": result.status,
+        "dist_pvalue": result.pvalue,
+        "drafted_tokens": result.drafted,
+        "accepted_tokens": sum(e["accepted_tokens"] for e in evidence.values()),
+        "tasks": evidence,
+    }
+    (out_dir / "distcheck.json").write_text(json.dumps(doc, indent=1))
