@@ -74,13 +74,14 @@ def build_rows(m: Measured) -> list[Row]:
 def unit_rows(m: Measured) -> list[Row]:
     committed = set(m.entry.get("outputs", {}))
     a, b = m.got.get("A", {}), m.got.get("B", {})
-    lost = []
+    lost, everywhere = [], set(committed)
     for cell in m.cells("B"):
         if m.kinds[cell] == "batch" or cell not in m.cells("A"):
             continue
         want = committed | set(a.get(cell, {}))
         lost += [f"{cell} {u}" for u in sorted(want - set(b.get(cell, {})))]
-    measured = len(set().union(*(set(u) for u in b.values()))) if b else 0
+        everywhere &= set(b.get(cell, {}))
+    measured = len(everywhere)  # committed units B measured in every cell
     if lost:
         more = " …" if len(lost) > 4 else ""
         rule = f"{len(lost)} not measured at B: " + ", ".join(lost[:4]) + more
