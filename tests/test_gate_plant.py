@@ -1,6 +1,6 @@
 """The gate's planted slowdown (bench/gate/plant.py) is inside the clock: a turn's measured wall
-grows by the fraction of its own wall, whatever the turn did. A batch run's plant is checked end to end (tests/test_gate_ab.py: every
-batch row's tokens/s fails with the planted slowdown)."""
+grows by the fraction of its own wall, whatever the turn did. A batch run's plant is checked end
+to end (tests/test_gate_ab.py: every batch row's tokens/s fails with the planted slowdown)."""
 
 from __future__ import annotations
 
