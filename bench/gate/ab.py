@@ -236,10 +236,11 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
         deadline = topup_began + budget
         while (weak := weak_cells(rows, ready["B"])) and time.perf_counter() < deadline:
             cells = [c for c in single if c in weak]
+            before = m.counts["topup_trios"]
             finished = m.run(prompts, cells, len(ready["B"]["groups"]),
                              [c for c in batch if c in weak], deadline)  # fmt: skip
             rows = abrows.all_rows(measured())
-            if not finished:
+            if not finished or m.counts["topup_trios"] == before:
                 break
         topup_s = time.perf_counter() - topup_began if m.counts["topup_trios"] else 0.0
     took = time.perf_counter() - began

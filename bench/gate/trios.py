@@ -75,11 +75,12 @@ class Measurer:
         want = ("A", "B") if kind == "fixed" else TREES
         return tuple(k for k in want if k in self.workers and cell in self.cells_of[k])
 
-    def unit(self, cell: str, request: dict) -> None:
-        """One unit (a prompt's conversation, or a batch group) of one cell on its trees."""
+    def unit(self, cell: str, request: dict) -> bool:
+        """One unit (a prompt's conversation, or a batch group) of one cell on its trees →
+        whether any tree measured it."""
         trees = self.trees_for(cell)
         if not trees:
-            return
+            return False
         for attempt in range(REMEASURE + 1):
             order = self.order.next(trees)
             got = {k: self.workers[k].ask({"cell": cell, **request}) for k in order}
@@ -94,6 +95,7 @@ class Measurer:
             per = self.got[k].setdefault(cell, {})
             for u, f in units.items():
                 per.setdefault(u, []).append(f)
+        return True
 
     def run(self, prompts: list, cells: list, groups: int, batch: list, deadline=None) -> bool:
         """Every prompt of every (non-batch) cell, then every group of every batch cell; stops
@@ -109,8 +111,7 @@ class Measurer:
             for n, (cell, request) in enumerate(work):
                 if deadline is not None and time.perf_counter() > deadline:
                     return False
-                self.unit(cell, request)
-                if deadline is not None:
+                if self.unit(cell, request) and deadline is not None:
                     self.counts["topup_trios"] += 1
                 progress.advance(task)
                 if not sys.stderr.isatty() and (n + 1) % 50 == 0:  # CI's log: a line now and then
