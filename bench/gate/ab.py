@@ -169,7 +169,10 @@ def differences(recorded: Path, own: Path) -> list[str]:
         for key in sorted(a.keys() | b.keys())
         if a.get(key) != b.get(key)
     ]
-    files = [load_experiment(p)["run_overrides"] for p in (recorded, own)]
+    try:
+        files = [load_experiment(p)["run_overrides"] for p in (recorded, own)]
+    except UserError as e:
+        return [*out, f"B's own experiment does not load ({e})"]
     paths = [
         next((Path(o.split("=", 1)[1]) for o in f if o.startswith("task.path=")), None)
         for f in files
