@@ -73,11 +73,14 @@ engine-check:  ## engines side by side here: tokens/s vs generate(), roofline, v
 report:  ## charts and tables of every run under results/ (or RUNS=dirs) into reports/index.md
 	$(PY) -m bench.report $(RUNS)
 
+# extra arguments of the gate (e.g. GATE_ARGS="--json verdict.json", "--self", "--plant-slowdown 0.15")
+GATE_ARGS ?=
+
 gate:  ## CI regression gate: the baseline's recorded commit and this tree measured side by side (A/B)
-	$(PY) -m bench.gate
+	$(PY) -m bench.gate $(GATE_ARGS)
 
 gate-quick:  ## this tree alone against this CPU kind's entry of conf/experiment/gate_baseline.json
-	$(PY) -m bench.gate --quick
+	$(PY) -m bench.gate --quick $(GATE_ARGS)
 
 clean:  ## remove caches (results/ is kept)
 	rm -rf .pytest_cache build *.egg-info

@@ -40,9 +40,9 @@ def units(speedup: float, noise: float = 0.02, forwards: int = 3, seed: int = 0,
     }
 
 
-def cell(speedup, forwards=3, exact=1.0, seed=0, noise=0.02, ids=IDS):
+def cell(speedup, forwards=3, exact=1.0, seed=0, noise=0.02, ids=IDS, tps=100.0):
     return {
-        "summary": {"exact_match": exact},
+        "summary": {"exact_match": exact, "tokens_per_s": tps},
         "units": units(speedup, noise, forwards, seed, ids),
     }
 
@@ -104,6 +104,20 @@ def test_threshold_follows_the_measured_noise():
     assert failed(compare(BASE, noisy, TOL)) == []
 
 
+def test_a_slowdown_of_everything_alike_fails_the_machine_wide_tokens_per_s_row():
+    """ar and ngram 20% slower alike: their speedups do not move, only tokens/s can tell."""
+    slower = now(ar=cell(1.0, 3, seed=1, tps=80.0), ngram=cell(1.6, 2, seed=8, tps=80.0))
+    rows = compare(BASE, slower, TOL)
+    v = verdicts(rows)
+    assert v[("ngram", "speedup")] == "ok" and v[("all", "tokens_per_s")] == "REGRESSION"
+    assert failed(rows) == ["all"]
+    drift = now(ar=cell(1.0, 3, seed=1, tps=90.0), ngram=cell(1.6, 2, seed=8, tps=90.0))
+    assert verdicts(compare(BASE, drift, TOL))[("all", "tokens_per_s")] == "ok"  # −10%: drift
+    base, run = many({})  # one method of seven at half its tokens/s is not machine-wide
+    run["sam"]["summary"]["tokens_per_s"] = 50.0
+    assert verdicts(compare(base, run, TOL))[("all", "tokens_per_s")] == "ok"
+
+
 def test_rises_pass_and_are_reported():
     rows = compare(BASE, now(ngram=cell(2.5, forwards=1, seed=8)), TOL)
     assert failed(rows) == []
@@ -126,7 +140,8 @@ def test_missing_method_fails_and_new_method_passes():
     current = now()
     del current["ngram"]
     rows = compare(BASE, current, TOL, skipped={"ngram": "needs a drafter"})
-    assert failed(rows) == ["ngram"] and "needs a drafter" in rows[-1].rule
+    ngram = [r for r in rows if r.method == "ngram"]
+    assert failed(rows) == ["ngram"] and "needs a drafter" in ngram[-1].rule
     rows = compare(BASE, now(eagle=cell(1.2)), TOL)
     assert failed(rows) == [] and verdicts(rows)[("eagle", "tau")] == "new"
 
@@ -259,6 +274,7 @@ def experiment(tiny_target_dir, tmp_path):
                 "exact_match_tol": 0.0,
                 # tiny-model timings are noise; τ, the tokens and exact_match are the plants
                 "speedup_tol": 0.9,
+                "machine_tps_tol": 0.9,
             }
         )
     )

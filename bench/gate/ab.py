@@ -1,27 +1,29 @@
 """`make gate`: the recorded commit (A) and the tree under test (B) measured side by side in one
 job, on the machine at hand, whatever its CPU kind.
 
-    python -m bench.gate                         # A/B against the baseline's recorded commit
-    python -m bench.gate --plant-delay 20        # self-test: B's target forwards sleep 20 ms
+    python -m bench.gate                           # A/B against the baseline's recorded commit
+    python -m bench.gate --plant-slowdown 0.15     # self-test: every B turn 15% slower (must fail)
+    python -m bench.gate --self                    # A against itself: B a second checkout of A
 
 The baseline file names one commit (`commit`, written by --update from a clean tree). Here that
 commit is checked out in a git worktree; three long-lived workers (bench/gate/worker.py) start:
-A and A′ in that worktree, B in this tree, each with its own pinned experiment, its own native
-build (cached by source hash) and its engine loaded once. Every unit (prompt × turn) of every
-method is measured once per worker, the order alternating unit by unit (A B A′, then A′ B A), so
-that drift over the job cancels; a unit that other work disturbed in any of the three is
-measured again (up to `remeasure` times) and counted. Verdicts:
-  - speed (bench/gate/paired.py): B against A from paired per-unit ratios, for each method's
-    tokens/s and its speedup over its own ar; the threshold from A′ against A;
-  - deterministic (bench/gate/rules.py, as before): B's ids against the committed ids, τ and
-    exact_match against the baseline; and B's ids against A's, unit by unit, on this machine.
+A and A′ in that worktree, B in this tree (with --self: in a second worktree of the commit). All
+three run the recorded commit's experiment (its gate.yaml, prompts and tolerances: a change
+cannot loosen its own gate or drop units; where B's own experiment differs, the verdict names
+the differences), each with its own native build (cached by source hash) and its engine loaded
+once. The cells (bench/gate/cells.py): every method as users run it (speed, trios A B A′), its
+pinned config where that differs (fixed: deterministic, A and B once), a few methods at batch=B
+(trios of batch runs). The order of trees rotates so that drift cancels and no tree runs twice
+in a row (bench/gate/trios.py). A speed row that is underpowered after the pass is topped up:
+its units measured again by the three trees, within `topup_s` seconds, repeats averaged into the
+unit. Rows: bench/gate/abrows.py; verdict line and JSON: bench/gate/verdict.py.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,37 +31,30 @@ import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from bench.gate import paired
-from bench.gate.rules import (
-    Row,
-    Tolerances,
-    check_exact,
-    check_tau,
-    check_tokens,
-    compared_units,
-    env_problems,
-)
+import yaml
+
+from bench.gate import abrows, paired
+from bench.gate.experiment import load_experiment
+from bench.gate.rules import Tolerances, env_problems
 from bench.gate.table import print_table
-from bench.gate.units import unit_key
+from bench.gate.trios import REMEASURE, TREES, Measurer, collapse
+from bench.gate.verdict import headline, simulated_line, write_json
 from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
 
-TREES = ("A", "B", "A′")
-REMEASURE = 2  # extra tries of a unit that other work disturbed
+TOPUP_S = 120.0  # seconds of top-up trios when the experiment names none
 
 
 class Worker:
     """One tree's worker process: JSON lines in, JSON lines out (bench/gate/worker.py)."""
 
-    def __init__(
-        self, name: str, root: Path, experiment: Path, extra: list[str], log: Path, delay_ms=0.0
-    ):
+    def __init__(self, name: str, root: Path, experiment: Path, extra: list[str], log: Path,
+                 kinds: str, plant: float = 0.0):  # fmt: skip
         from bench.gate.worker import PROTOCOL
 
         self.name, self.log = name, log
-        cmd = [sys.executable, "-m", "bench.gate.worker", "--experiment", str(experiment), *extra]
-        if delay_ms:
-            cmd += ["--delay-ms", str(delay_ms)]
+        cmd = [sys.executable, "-m", "bench.gate.worker", "--experiment", str(experiment)]
+        cmd += ["--kinds", kinds, *(["--plant-slowdown", str(plant)] if plant else []), *extra]
         env = dict(
             os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
         )
@@ -74,10 +69,7 @@ class Worker:
         )
         self.ready = self._read()
         if self.ready.get("protocol") != PROTOCOL:
-            raise UserError(
-                f"the {name} worker speaks gate protocol {self.ready.get('protocol')}, this gate "
-                f"{PROTOCOL}: re-record the baseline (python -m bench.gate --update) on this tree"
-            )
+            raise UserError(refused(name, self.ready.get("protocol")))
         if Path(self.ready["root"]).resolve() != root.resolve():
             raise UserError(
                 f"the {name} worker ran the code of {self.ready['root']}, not of {root}"
@@ -94,10 +86,10 @@ class Worker:
             )
         return json.loads(line)
 
-    def run(self, method: str, prompt: str) -> list[dict]:
-        self.proc.stdin.write(json.dumps({"method": method, "prompt": prompt}) + "\n")
+    def ask(self, request: dict) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
-        return self._read()["turns"]
+        return self._read()
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -109,19 +101,40 @@ class Worker:
                 self.proc.kill()
 
 
+def refused(name: str, protocol) -> str:
+    from bench.gate.worker import PROTOCOL
+
+    return (
+        f"the {name} tree's gate worker speaks protocol {protocol}, this gate {PROTOCOL}: "
+        "re-record the baseline (python -m bench.gate --update on a clean tree, then commit it)"
+    )
+
+
+def check_protocol(tree: Path) -> None:
+    """Refuse a recorded commit whose worker speaks another protocol before starting it (an old
+    worker would not even parse this gate's arguments)."""
+    from bench.gate.worker import PROTOCOL
+
+    text = (tree / "bench" / "gate" / "worker.py").read_text()
+    found = re.search(r"^PROTOCOL = (\d+)", text, re.M)
+    protocol = int(found.group(1)) if found else None
+    if protocol != PROTOCOL:
+        raise UserError(refused("recorded", protocol))
+
+
 def git(*args: str, root: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
 
 
 @contextmanager
-def recorded_tree(commit: str, where: Path):
+def recorded_tree(commit: str, where: Path, name: str = "A"):
     """The recorded commit checked out in a git worktree under `where`, removed afterwards."""
     if git("cat-file", "-e", f"{commit}^{{commit}}").returncode:
         raise UserError(
             f"the baseline's recorded commit {commit[:12]} is not in this clone (a shallow "
             "clone? `git fetch --unshallow`), or re-record the baseline here"
         )
-    path = where / "A"
+    path = where / name
     made = git("worktree", "add", "--detach", "--quiet", str(path), commit)
     if made.returncode:
         raise UserError(f"git worktree add {commit[:12]} failed: {made.stderr.strip()}")
@@ -132,183 +145,176 @@ def recorded_tree(commit: str, where: Path):
                 "re-record the baseline with `python -m bench.gate --update` on a commit that has "
                 "one"
             )
+        check_protocol(path)
         yield path
     finally:
         git("worktree", "remove", "--force", str(path))
         git("worktree", "prune")
 
 
-def figures(turns: list[dict], prompt: str) -> dict[str, dict]:
-    """{unit: {tokens_per_s, new_tokens, forwards, ids}} of one conversation's turns."""
-    return {
-        unit_key(prompt, t): {
-            "tokens_per_s": d["new_tokens"] / (d["wall_ns"] / 1e9),
-            "new_tokens": d["new_tokens"],
-            "forwards": d["forwards"],
-            "ids": d["ids"],
-        }
-        for t, d in enumerate(turns)
-    }
+def in_tree(path: Path, tree: Path) -> Path:
+    """This tree's file `path` as it lies in another checkout `tree`."""
+    path = path.resolve()
+    return tree / path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
-def measure(
-    workers: dict[str, Worker], methods: list[str], prompts: list[str]
-) -> tuple[dict, dict]:
-    """({tree: {method: {unit: figures}}}, counts of disturbed trios): every (prompt, method)
-    once per tree, the order alternating (A B A′, A′ B A) from one trio to the next."""
-    from rich.console import Console
-
-    from groundfloor.progress import progress_bar
-
-    got: dict = {k: {m: {} for m in methods} for k in TREES}
-    counts = {"remeasured": 0, "still_disturbed": 0}
-    with progress_bar(Console(stderr=True)) as progress:
-        task = progress.add_task("gate A/B", total=len(prompts) * len(methods))
-        i = 0
-        for prompt in prompts:
-            for method in methods:
-                order = TREES if i % 2 == 0 else TREES[::-1]
-                for attempt in range(REMEASURE + 1):
-                    trio = {k: workers[k].run(method, prompt) for k in order}
-                    disturbed = any(d["disturbed"] for turns in trio.values() for d in turns)
-                    if not disturbed:
-                        break
-                    counts["remeasured" if attempt < REMEASURE else "still_disturbed"] += 1
-                for k, turns in trio.items():
-                    got[k][method].update(figures(turns, prompt))
-                i += 1
-                progress.advance(task)
-            if not sys.stderr.isatty():  # a log file or CI: one plain line per prompt
-                print(f"gate A/B: prompt {prompt} measured on every tree", file=sys.stderr)
-    return got, counts
+def differences(recorded: Path, own: Path) -> list[str]:
+    """What B's own experiment (and its prompts file) changes against the recorded commit's,
+    which judged both trees."""
+    if not own.exists():
+        return [f"B has no {own.name}: the recorded commit's was used"]
+    a, b = (yaml.safe_load(p.read_text()) or {} for p in (recorded, own))
+    out = [
+        f"{key}: recorded {a.get(key)!r}, B's own {b.get(key)!r}"
+        for key in sorted(a.keys() | b.keys())
+        if a.get(key) != b.get(key)
+    ]
+    try:
+        files = [load_experiment(p)["run_overrides"] for p in (recorded, own)]
+    except UserError as e:
+        return [*out, f"B's own experiment does not load ({e})"]
+    paths = [
+        next((Path(o.split("=", 1)[1]) for o in f if o.startswith("task.path=")), None)
+        for f in files
+    ]
+    read = [p.read_bytes() if p and p.exists() else None for p in paths]
+    if read[0] != read[1]:
+        name = paths[1].name if paths[1] else "–"
+        out.append(f"prompts: B's own {name} differs from the recorded one")
+    return out
 
 
-def deterministic_rows(entry: dict, got: dict, same_kind: bool, tol: Tolerances) -> list[Row]:
-    """tokens, τ and exact_match of B against the baseline entry (as the gate always checked),
-    and B's ids against A's on this machine."""
-    rows = []
-    ar = got["B"].get("ar", {})
-    for m, units in got["B"].items():
-        now = {u: {**f, "reference": ar[u]["ids"]} for u, f in units.items() if u in ar}
-        keys = compared_units(entry["outputs"], now, same_kind)
-        rows.append(check_tokens(m, entry["outputs"], now, keys))
-        a = got["A"].get(m, {})
-        common = sorted(a.keys() & units.keys())
-        same = sum(a[u]["ids"] == units[u]["ids"] for u in common)
-        rule = f"all {len(common)} units equal the recorded commit's ids measured here"
-        ok = common and same == len(common)
-        rows.append(
-            Row(
-                m,
-                "tokens_vs_A",
-                1.0,
-                same / len(common) if common else None,
-                rule,
-                "ok" if ok else "REGRESSION",
-            )
-        )
-        base = entry["methods"].get(m)
-        if base is None:
-            continue
-        rows.append(check_tau(m, base["units"], now, keys, tol))
-        both = [u for u in keys if u in base["units"]]
-        exact = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
-        rows.append(
-            check_exact(
-                m,
-                {"exact_match": exact([base["units"][u]["exact"] for u in both])},
-                {"exact_match": exact([now[u]["ids"] == now[u]["reference"] for u in both])},
-                tol,
-            )
-        )
-    return rows
+def start(stack, trees: dict[str, Path], experiment: dict[str, Path], extra, logs, plant):
+    workers = {}
+    for k in TREES:
+        log = logs / f"worker-{'A2' if k == 'A′' else k}.log"
+        kinds = "speed,batch" if k == "A′" else "speed,fixed,batch"
+        w = Worker(k, trees[k], experiment[k], extra, log, kinds, plant if k == "B" else 0.0)
+        workers[k] = w
+        stack.callback(w.close)
+        print(f"worker {k}: {w.ready['env'].get('git_sha')} ready", file=sys.stderr)
+    return workers
 
 
-def gate_ab(exp: dict, base: dict, extra: list[str], out: Path | None, delay_ms: float) -> int:
-    tol = Tolerances.from_dict(exp)
+def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: float = 0.0,
+            self_test: bool = False, json_path: Path | None = None) -> int:  # fmt: skip
     commit = base.get("commit")
     if not commit:
         raise UserError(
-            f"{exp['baseline_path']} names no recorded commit (a baseline from before the A/B "
+            f"{own['baseline_path']} names no recorded commit (a baseline from before the A/B "
             "gate): re-record it with `python -m bench.gate --update` on a clean tree and commit it"
         )
-    start = time.perf_counter()
+    began = time.perf_counter()
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="specsweep-gate-")))
         logs = out or tmp
         logs.mkdir(parents=True, exist_ok=True)
         tree_a = stack.enter_context(recorded_tree(commit, tmp))
-        exp_path = Path(exp["path"]).resolve()
-        exp_a = tree_a / exp_path.relative_to(ROOT) if exp_path.is_relative_to(ROOT) else exp_path
-        workers = {}
-        for k, root, e in (("A", tree_a, exp_a), ("B", ROOT, exp_path), ("A′", tree_a, exp_a)):
-            log = logs / f"worker-{'A2' if k == 'A′' else k}.log"
-            workers[k] = Worker(k, root, e, extra, log, delay_ms if k == "B" else 0.0)
-            stack.callback(workers[k].close)
-            print(f"worker {k}: {workers[k].ready['env'].get('git_sha')} ready", file=sys.stderr)
-        a, b = workers["A"].ready, workers["B"].ready
-        methods = [m for m in b["methods"] if m in a["methods"]]
-        prompts = [p for p, _ in b["prompts"] if [p, _] in a["prompts"]]
-        got, counts = measure(workers, methods, prompts)
-    for k, w in (("A", a), ("B", b)):  # methods one side could not run
-        for m in w["methods"]:
-            got[k].setdefault(m, {})
-    got = {k: {m: u for m, u in v.items() if u or k != "A′"} for k, v in got.items()}
-    took = time.perf_counter() - start
+        tree_b = stack.enter_context(recorded_tree(commit, tmp, "B")) if self_test else ROOT
+        exp_a = in_tree(own["path"], tree_a)
+        exp = load_experiment(exp_a)  # the recorded commit's experiment judges both trees
+        tol = Tolerances.from_dict(exp)
+        diffs = differences(exp_a, in_tree(own["path"], tree_b))
+        trees = {"A": tree_a, "B": tree_b, "A′": tree_a}
+        workers = start(stack, trees, dict.fromkeys(TREES, exp_a), extra, logs, plant)
+        ready = {k: w.ready for k, w in workers.items()}
+        kinds = {k: {c["name"]: c["kind"] for c in r["cells"]} for k, r in ready.items()}
+        m = Measurer(workers, kinds)
+        b_prompts = {p for p, _ in ready["B"]["prompts"]}
+        prompts = [p for p, _ in ready["A"]["prompts"] if p in b_prompts]
+        single = [c["name"] for c in ready["B"]["cells"] if c["kind"] != "batch"]
+        batch = [c["name"] for c in ready["B"]["cells"] if c["kind"] == "batch"]
+        m.run(prompts, single, len(ready["B"]["groups"]), batch)
+        kind = ready["B"]["env"].get("cpu_kind")
+        entry = base["machines"].get(kind)
+        same_kind = entry is not None
+        entry = entry or next(iter(base["machines"].values()))
+
+        def measured():
+            return abrows.Measured(ready, collapse(m.got), entry, same_kind, tol)
+
+        rows = abrows.all_rows(measured())
+        budget = float(exp.get("topup_s", TOPUP_S))
+        topup_began = time.perf_counter()
+        deadline = topup_began + budget
+        while (weak := weak_cells(rows, ready["B"])) and time.perf_counter() < deadline:
+            cells = [c for c in single if c in weak]
+            before = m.counts["topup_trios"]
+            finished = m.run(prompts, cells, len(ready["B"]["groups"]),
+                             [c for c in batch if c in weak], deadline)  # fmt: skip
+            rows = abrows.all_rows(measured())
+            if not finished or m.counts["topup_trios"] == before:
+                break
+        topup_s = time.perf_counter() - topup_began if m.counts["topup_trios"] else 0.0
+    took = time.perf_counter() - began
+    got = collapse(m.got)
     if out:
-        (out / "figures.json").write_text(json.dumps({"A": a, "B": b, "figures": got}) + "\n")
-    kind = b["env"].get("cpu_kind")
-    entry = base["machines"].get(kind)
-    same_kind = entry is not None
-    entry = entry or next(iter(base["machines"].values()))
-    rows = deterministic_rows(entry, got, same_kind, tol) + paired.speed_rows(
-        {k: {m: u for m, u in got[k].items() if u} for k in TREES}, tol.speedup_tol
-    )
-    rows.sort(key=lambda r: list(got["B"]).index(r.method) if r.method in got["B"] else 99)
-    print_table(
-        rows,
-        f"gate A/B: A = {commit[:12]} (recorded), B = {b['env'].get('git_sha')} (this tree), "
-        f"{kind} · {took:.0f} s",
-    )
-    blocking, notes = env_problems(a["env"], b["env"])
+        (out / "figures.json").write_text(json.dumps({"ready": ready, "figures": got}) + "\n")
+    blocking, notes = env_problems(ready["A"]["env"], ready["B"]["env"])
+    notes += [f"B's own experiment differs (the recorded one judged both): {d}" for d in diffs]
     if not same_kind:
         notes.append(
             f"the committed ids were recorded on {', '.join(base['machines'])}: units whose ar "
             "stream differs here are left out of the tokens check (tokens_vs_A checks them all)"
         )
-    if counts["remeasured"] or counts["still_disturbed"]:
+    if m.counts["remeasured"] or m.counts["still_disturbed"]:
         notes.append(
-            f"other work disturbed {counts['remeasured']} measurements of a unit's trio, each "
-            f"measured again; {counts['still_disturbed']} trios still disturbed after {REMEASURE} "
+            f"other work disturbed {m.counts['remeasured']} measurements of a unit, each "
+            f"measured again; {m.counts['still_disturbed']} still disturbed after {REMEASURE} "
             "tries (kept, flagged)"
         )
-    for m, why in b["skipped"].items():
-        notes.append(f"skipped {m} at B: {why}")
+    if m.counts["topup_trios"]:
+        notes.append(
+            f"top-up: {m.counts['topup_trios']} units of underpowered rows measured again in "
+            f"{topup_s:.0f} s of {budget:.0f} s (repeats averaged into each unit)"
+        )
+    for cell, why in ready["A"]["skipped"].items():
+        notes.append(f"not built at the recorded commit either: {cell}: {why}")
+    if plant:
+        notes.append(f"planted: every B turn and batch run {plant:.0%} slower inside its clock")
+    order = {c["name"]: i for i, c in enumerate(ready["B"]["cells"] + ready["A"]["cells"])}
+    rows.sort(key=lambda r: order.get(r.method, order.get(r.method.split("@")[0], -1)))
+    code, line = headline(rows, blocking)
+    print(line)
+    title = (
+        f"gate A/B: A = {commit[:12]} (recorded), B = {ready['B']['env'].get('git_sha')} "
+        f"({'a second checkout of A' if self_test else 'this tree'}), {kind} · {took:.0f} s"
+    )
+    print_table(rows, title)
     for n in notes:
         print(f"note: {n}")
-    return verdict(rows, blocking, got, tol)
+    trees_speed = abrows.Measured(ready, got, entry, same_kind, tol).trees("speed")
+    sim = simulated_line(trees_speed, tol.speedup_tol)
+    if sim:
+        print(sim)
+    print(line)
+    doc = {
+        "line": line,
+        "exit": code,
+        "recorded": commit,
+        "tree": ready["B"]["env"].get("git_sha"),
+        "self": self_test,
+        "plant_slowdown": plant,
+        "cpu_kind": kind,
+        "seconds": round(took, 1),
+        "topup_seconds": round(topup_s, 1),
+        "notes": notes,
+        "experiment_differences": diffs,
+    }
+    for path in [p for p in (json_path, out / "verdict.json" if out else None) if p]:
+        write_json(path, doc, rows)
+    return code
 
 
-def verdict(rows: list[Row], blocking: list[str], got: dict, tol: Tolerances) -> int:
-    trees = {k: {m: u for m, u in got[k].items() if u} for k in TREES}
-    false, caught = paired.simulate(trees, tol.speedup_tol)
-    if caught:
-        worst = min(caught, key=caught.get)
-        print(
-            f"from this run's own units (1,000 simulated gate runs): false alarms {false:.1%} of "
-            f"runs, all methods together; a {tol.speedup_tol:.0%} slowdown of one method caught in "
-            f"{min(caught.values()):.1%}–{max(caught.values()):.1%} (lowest: {worst[0]} {worst[1]})"
-        )
-    failed = sorted({r.method for r in rows if r.failed})
-    if blocking:
-        print("FAIL: the two trees did not run the same thing (" + "; ".join(blocking) + ")")
-        return 1
-    if failed:
-        print(f"FAIL: regression in {', '.join(failed)}")
-        return 1
-    weak = sorted({r.method for r in rows if r.verdict == "underpowered"})
-    if weak:
-        print(f"PASS (speed underpowered, too noisy to judge: {', '.join(weak)})")
-    else:
-        print("PASS" if not math.isnan(false) else "PASS (no speed compared)")
-    return 0
+def weak_cells(rows, ready_b: dict) -> set[str]:
+    """The cells whose speed rows are underpowered (a speedup row's ar at the same batch too)."""
+    kinds = {c["name"]: c["kind"] for c in ready_b["cells"]}
+    out = set()
+    for r in rows:
+        if r.verdict != "underpowered" or r.metric not in paired.METRICS:
+            continue
+        out.add(r.method)
+        if r.metric == "speedup":
+            batch = r.method.partition("@")[2]
+            out.add(f"ar@{batch}" if batch else "ar")
+    return {c for c in out if c in kinds}

@@ -76,12 +76,20 @@ def method_names(exp: dict) -> list[str]:
     return list(names)
 
 
-def gate_config(method: str, overrides: list[str], out: Path):
-    """The run config of one gated method: `python -m bench method=M OVERRIDES`, its draft size
-    pinned (a method whose k is auto runs at its fixed_k) so that τ is deterministic."""
+def gate_config(method: str, overrides: list[str], out: Path, pin: bool = True):
+    """The run config of one gated method: `python -m bench method=M OVERRIDES`; pinned, its
+    draft size fixed (a method whose k is auto runs at its fixed_k) so that τ is deterministic;
+    unpinned, as users run it (the A/B gate's speed and batch cells, bench/gate/cells.py)."""
     cfg = compose([f"method={method}", *overrides, f"out='{out}'"], "gate overrides")
+    if not pin:
+        return cfg
     if cfg.k == "auto":
         raise UserError("gate overrides: k=auto reads this machine's timings; give an integer")
-    if cfg.k is None and cfg.method.get("k") == "auto":
+    if auto_k(cfg):
         cfg.method.k = cfg.method.get("fixed_k")  # none: a tree method's whole tree
     return cfg
+
+
+def auto_k(cfg) -> bool:
+    """Whether the config's method runs k=auto (its default, no top-level k given)."""
+    return cfg.k is None and cfg.method.get("k") == "auto"

@@ -26,9 +26,14 @@ Per method, on the units (prompt × turn) both runs measured:
                      C = median_m D_m,
                  and each method is judged on its own part D_m − C by the rule above (its SE
                  widened by the median's, √(1 + π / 2M) for M methods), so one method's drop is
-                 caught whatever the hour; C itself, a slowdown of everything at once (the shared
-                 engine and verify path, or the machine), fails below log(1 − common_tol), the
-                 drop a session-to-session drift does not reach, and is printed as its own row.
+                 caught whatever the hour; C itself, every method's speedup dropping at once
+                 (the shared verify path, drafting slower against ar), fails below
+                 log(1 − common_tol), the drop a session-to-session drift does not reach, and is
+                 printed as its own row. Being a median of speedups (ratios to each run's own
+                 ar), C cannot see an engine or machine that is slower for ar and every method
+                 alike; that is the next row's:
+    tokens/s     machine-wide, the median over every method (ar included) of the change of its
+                 cell's overall tokens/s, fails below log(1 − machine_tps_tol) (−15%).
 A method in the baseline that did not run now fails ("missing"); a method that ran but has no
 baseline yet passes as "new" (record it with --update). Rises are reported, never failed.
 """
@@ -50,6 +55,7 @@ class Tolerances:
     exact_match_tol: float = 0.0  # absolute drop of exact_match allowed
     speedup_tol: float = 0.15  # the end-to-end slowdown the gate must catch
     common_tol: float = 0.10  # a slowdown of every method alike (the machine-wide part) that fails
+    machine_tps_tol: float = 0.15  # --quick: every method's tokens/s (ar's too) dropping alike
 
     @classmethod
     def from_dict(cls, d: dict) -> "Tolerances":
@@ -64,11 +70,11 @@ class Row:
     baseline: float | None
     now: float | None
     rule: str
-    verdict: str  # ok | better | REGRESSION | missing | new | underpowered | not gated
+    verdict: str  # ok | better | REGRESSION | FAIL | missing | new | underpowered | not gated
 
     @property
     def failed(self) -> bool:
-        return self.verdict in ("REGRESSION", "missing")
+        return self.verdict in ("REGRESSION", "FAIL", "missing")
 
     @property
     def change(self) -> float | None:
@@ -287,7 +293,32 @@ def compare(
             )
     if common[1]:
         rows.append(check_common(*common, tol))
+    if same_kind:
+        rows += machine_tokens_per_s(methods, now, tol)
     return rows
+
+
+def machine_tokens_per_s(base: dict, now: dict, tol: Tolerances) -> list[Row]:
+    """The machine-wide tokens/s row: the median over every method both runs measured (ar
+    included) of log(tokens/s now ÷ tokens/s recorded), each the cell's overall figure; fails
+    below log(1 − machine_tps_tol). A uniform slowdown of the engine slows ar as much as the
+    rest, which the speedup rows (ratios to ar) cannot see."""
+    logs = [
+        math.log(now[m]["summary"]["tokens_per_s"] / base[m]["summary"]["tokens_per_s"])
+        for m in base
+        if m in now
+        and (base[m]["summary"].get("tokens_per_s") or 0) > 0
+        and (now[m]["summary"].get("tokens_per_s") or 0) > 0
+    ]
+    if not logs:
+        return []
+    c = float(np.median(logs))
+    rule = (
+        f"median change of {len(logs)} methods' tokens/s {math.exp(c) - 1:+.1%} ≥ "
+        f"{-tol.machine_tps_tol:.0%} (everything slower alike, ar included)"
+    )
+    bad = c < math.log(1 - tol.machine_tps_tol)
+    return [Row("all", "tokens_per_s", 1.0, math.exp(c), rule, "REGRESSION" if bad else "ok")]
 
 
 def env_problems(base_env: dict, now_env: dict) -> tuple[list[str], list[str]]:

@@ -1,0 +1,86 @@
+"""The A/B gate's cells: what each tree's worker builds and measures, by row kind.
+
+    speed   a method as users run it (its default config: k=auto for the eight methods whose
+            default it is, their automatic trees): tokens/s and speedup over its own ar, from
+            paired trios A B A′ over every unit (bench/gate/paired.py). Name: the method.
+    fixed   the method pinned as the baseline records it (k=auto → its fixed_k, tree methods
+            without one: the whole tree; the experiment's method_overrides): deterministic only,
+            ids, τ and exact_match from one A run and one B run. Only where the pinned config
+            differs from the speed cell's, or the method has no speed row (oracle, an upper
+            bound): elsewhere the speed cell's first A and B runs are the deterministic ones.
+            Name: "<method>@fixed".
+    batch   a method at batch=B (the experiment's `rows.batch`): aggregate tokens/s of whole
+            batch runs, paired trios over `runs` fixed groups of B first turns, and each
+            sequence's ids against A's and against the batch-1 ar. Name: "<method>@b<B>".
+
+One more row kind is one more entry of KINDS, a branch in `cells`, and its requests in the worker
+and its rows in bench/gate/abrows.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from groundfloor.errors import UserError
+
+KINDS = ("speed", "fixed", "batch")
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    kind: str  # one of KINDS
+    method: str
+    overrides: tuple[str, ...]  # after the experiment's own
+    pin: bool  # k=auto → fixed_k (gate_config)
+
+
+def rows_of(exp: dict) -> dict:
+    """The experiment's `rows` block, checked: {speed: {skip}, batch: {methods, batch, runs}}."""
+    rows = exp.get("rows") or {}
+    if not isinstance(rows, dict) or set(rows) - set(KINDS):
+        raise UserError(f"{exp['path']}: 'rows' must map some of {', '.join(KINDS)} to settings")
+    speed = rows.get("speed") or {}
+    batch = rows.get("batch") or {}
+    out = {
+        "speed": {"skip": [str(m) for m in speed.get("skip", [])]},
+        "batch": {
+            "methods": [str(m) for m in batch.get("methods", [])],
+            "batch": int(batch.get("batch", 4)),
+            "runs": int(batch.get("runs", 8)),
+        },
+    }
+    if out["batch"]["methods"] and (out["batch"]["batch"] < 2 or out["batch"]["runs"] < 2):
+        raise UserError(
+            f"{exp['path']}: rows.batch needs batch ≥ 2 and runs ≥ 2 (got batch="
+            f"{out['batch']['batch']}, runs={out['batch']['runs']})"
+        )
+    return out
+
+
+def cells(exp: dict, methods: list[str], differs) -> list[Cell]:
+    """Every cell of the experiment, in measuring order. differs(method) → whether the pinned
+    config is not the default one (the worker composes both to tell)."""
+    rows = rows_of(exp)
+    per = exp["method_overrides"]
+    out = []
+    for m in methods:
+        if m not in rows["speed"]["skip"]:
+            out.append(Cell(m, "speed", m, (), False))
+    for m in methods:
+        if m in rows["speed"]["skip"] or m in per or differs(m):
+            out.append(Cell(f"{m}@fixed", "fixed", m, tuple(per.get(m, [])), True))
+    b = rows["batch"]
+    for m in b["methods"]:
+        if m in methods:
+            out.append(Cell(f"{m}@b{b['batch']}", "batch", m, (f"batch={b['batch']}",), False))
+    return out
+
+
+def deterministic_cell(method: str, names) -> str | None:
+    """The cell whose ids, τ and exact_match stand for `method` (its fixed cell, else its
+    speed cell), among `names`."""
+    for name in (f"{method}@fixed", method):
+        if name in names:
+            return name
+    return None
