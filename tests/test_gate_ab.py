@@ -95,6 +95,29 @@ def test_missing_and_new_methods():
     assert "suffix" in {r.method for r in rows if r.failed}
 
 
+def test_a_distribution_row_fails_below_alpha_or_below_the_drafting_floor():
+    """B's seeded check judges: p ≥ alpha past the floor passes; a p under alpha, or a method
+    that drafted under the floor (untested: nothing was checked), fails; A's p is shown."""
+    from bench.gate.abrows import Measured, dist_rows
+
+    cells = [{"name": "eagle@t1", "kind": "dist", "method": "eagle"}]
+    ready = {k: {"cells": cells} for k in ("A", "B")}
+
+    def row(b: dict):
+        a = {"pvalue": 0.4, "status": "tested", "drafted": 300, "floor": 100}
+        (r,) = dist_rows(
+            Measured(ready, {}, {}, True, None, {"A": {"eagle@t1": a}, "B": {"eagle@t1": b}}, 0.001)
+        )
+        assert r.metric == "distribution" and r.baseline == 0.4
+        return r
+
+    assert row({"pvalue": 0.02, "status": "tested", "drafted": 300, "floor": 100}).verdict == "ok"
+    low = row({"pvalue": 0.0004, "status": "tested", "drafted": 300, "floor": 100})
+    assert low.verdict == "REGRESSION" and low.failed
+    none = row({"pvalue": None, "status": "untested", "drafted": 12, "floor": 100})
+    assert none.verdict == "REGRESSION" and "12 tokens < the floor 100" in none.rule
+
+
 def test_no_tree_runs_twice_in_a_row_and_each_takes_every_position():
     order, seq = Order(), []
     trios = [order.next(("A", "B", "A′")) for _ in range(6)]
@@ -177,7 +200,10 @@ def tiny_experiment(target, **more) -> dict:
         ],
         "methods": "all",
         "skip_methods": OTHERS,
-        "rows": {"batch": {"methods": ["ar", "ngram"], "batch": 2, "runs": 2}},
+        "rows": {
+            "batch": {"methods": ["ar", "ngram"], "batch": 2, "runs": 2},
+            "dist": {"methods": ["ngram"], "alpha": 0.001},
+        },
         "baseline": "tiny_baseline.json",
         "record_repeats": 2,
         # tiny-model timings beside other work are noisy: the floor is at −68%; the planted
@@ -287,8 +313,11 @@ def test_a_against_itself_is_judged_and_a_row_too_noisy_is_topped_up(recorded, t
         assert rows[key]["verdict"] == "ok", rows[key]
     assert rows[("ngram@b2", "tokens_vs_A")]["verdict"] == "ok"
     assert rows[("ngram@b2", "exact_match")]["verdict"] == "ok"
-    # every kind of row is there: speed at the default k, batch runs (one unit per batch run)
+    # every kind of row is there: speed at the default k, batch runs (one unit per batch run),
+    # the seeded T = 1 distribution check (drafting forced past its floor, the same p on A and B)
     assert "2 units" in rows[("ngram@b2", "tokens_per_s")]["rule"]
+    dist = rows[("ngram@t1", "distribution")]
+    assert dist["verdict"] == "ok" and dist["now"] >= 0.001 and dist["now"] == dist["baseline"]
     assert {("ar", "tokens_per_s"), ("ngram", "speedup")} <= rows.keys()
 
 

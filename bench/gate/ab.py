@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from bench.gate import abrows, paired
+from bench.gate.cells import rows_of
 from bench.gate.experiment import load_experiment
 from bench.gate.rules import Tolerances, env_problems
 from bench.gate.table import print_table
@@ -188,7 +189,7 @@ def start(stack, trees: dict[str, Path], experiment: dict[str, Path], extra, log
     workers = {}
     for k in TREES:
         log = logs / f"worker-{'A2' if k == 'A′' else k}.log"
-        kinds = "speed,batch" if k == "A′" else "speed,fixed,batch"
+        kinds = "speed,batch" if k == "A′" else "speed,fixed,batch,dist"
         w = Worker(k, trees[k], experiment[k], extra, log, kinds, plant if k == "B" else 0.0)
         workers[k] = w
         stack.callback(w.close)
@@ -222,16 +223,18 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
         m = Measurer(workers, kinds)
         b_prompts = {p for p, _ in ready["B"]["prompts"]}
         prompts = [p for p, _ in ready["A"]["prompts"] if p in b_prompts]
-        single = [c["name"] for c in ready["B"]["cells"] if c["kind"] != "batch"]
+        single = [c["name"] for c in ready["B"]["cells"] if c["kind"] in ("speed", "fixed")]
         batch = [c["name"] for c in ready["B"]["cells"] if c["kind"] == "batch"]
         m.run(prompts, single, len(ready["B"]["groups"]), batch)
+        dist = distribution_checks(workers, kinds)
+        alpha = rows_of(exp)["dist"]["alpha"]
         kind = ready["B"]["env"].get("cpu_kind")
         entry = base["machines"].get(kind)
         same_kind = entry is not None
         entry = entry or next(iter(base["machines"].values()))
 
         def measured():
-            return abrows.Measured(ready, collapse(m.got), entry, same_kind, tol)
+            return abrows.Measured(ready, collapse(m.got), entry, same_kind, tol, dist, alpha)
 
         rows = abrows.all_rows(measured())
         budget = float(exp.get("topup_s", TOPUP_S))
@@ -304,6 +307,17 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
     for path in [p for p in (json_path, out / "verdict.json" if out else None) if p]:
         write_json(path, doc, rows)
     return code
+
+
+def distribution_checks(workers: dict, kinds: dict) -> dict:
+    """{tree: {cell: result}}: each dist cell's seeded check=distribution on A and on B (untimed,
+    once: at T = 1 with one seed it is deterministic)."""
+    out: dict = {}
+    for k in ("A", "B"):
+        for cell, kind in kinds.get(k, {}).items():
+            if kind == "dist":
+                out.setdefault(k, {})[cell] = workers[k].ask({"cell": cell, "dist": True})["dist"]
+    return out
 
 
 def weak_cells(rows, ready_b: dict) -> set[str]:

@@ -14,9 +14,11 @@
     batch         per batch cell, aggregate tokens/s (and speedup over ar at the same batch) as
                   above, one unit per batch run's group; each sequence's ids against A's, and
                   the share equal to the batch-1 ar's ids no lower than A's
+    dist          per dist cell, B's seeded T = 1 check=distribution: the method drafted past the
+                  check's floor and its p-value reaches rows.dist.alpha (A's p shown beside it)
     new           a cell only B has: measured at B, reported, not gated
 
-ROWS lists them; one more row kind (a T = 1 distribution check) is one more function there.
+ROWS lists them; one more row kind is one more function there.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class Measured:
     entry: dict  # the baseline's entry for this CPU kind (or its first)
     same_kind: bool
     tol: Tolerances
+    dist: dict = field(default_factory=dict)  # {tree: {cell: check=distribution's result}}
+    dist_alpha: float = 0.001  # the experiment's rows.dist.alpha
     kinds: dict = field(default_factory=dict)  # {cell: kind} of A's and B's cells
     methods: dict = field(default_factory=dict)  # {cell: method}
 
@@ -76,7 +80,7 @@ def unit_rows(m: Measured) -> list[Row]:
     a, b = m.got.get("A", {}), m.got.get("B", {})
     lost, everywhere = [], set(committed)
     for cell in m.cells("B"):
-        if m.kinds[cell] == "batch" or cell not in m.cells("A"):
+        if m.kinds[cell] in ("batch", "dist") or cell not in m.cells("A"):
             continue
         want = committed | set(a.get(cell, {}))
         lost += [f"{cell} {u}" for u in sorted(want - set(b.get(cell, {})))]
@@ -95,7 +99,7 @@ def deterministic_rows(m: Measured) -> list[Row]:
     b, a = m.got.get("B", {}), m.got.get("A", {})
     ar_cell = deterministic_cell("ar", b)
     ar = b.get(ar_cell, {}) if ar_cell else {}
-    methods = dict.fromkeys(m.methods[c] for c in m.cells("B") if m.kinds[c] != "batch")
+    methods = dict.fromkeys(m.methods[c] for c in m.cells("B") if m.kinds[c] in ("speed", "fixed"))
     for method in methods:
         cell = deterministic_cell(method, b)
         if cell is None or cell not in m.cells("A"):
@@ -176,11 +180,28 @@ def batch1_share(units: dict, ar: dict, groups: list[list[str]]) -> float | None
     return sum(pairs) / len(pairs) if pairs else None
 
 
+def dist_rows(m: Measured) -> list[Row]:
+    alpha, rows = m.dist_alpha, []
+    for cell in m.cells("B", "dist"):
+        b, a = m.dist.get("B", {}).get(cell), m.dist.get("A", {}).get(cell)
+        if b is None:
+            continue
+        was = a["pvalue"] if a else None
+        if b["status"] != "tested":
+            rule = f"drafted {b['drafted']} tokens < the floor {b['floor']}: untested"
+            rows.append(Row(cell, "distribution", was, None, rule, "REGRESSION"))
+            continue
+        rule = f"p ≥ {alpha:g} at T = 1, seeded ({b['drafted']} drafted tokens ≥ {b['floor']})"
+        verdict = "ok" if b["pvalue"] >= alpha else "REGRESSION"
+        rows.append(Row(cell, "distribution", was, b["pvalue"], rule, verdict))
+    return rows
+
+
 def new_rows(m: Measured) -> list[Row]:
     rows = []
     a = set(m.cells("A"))
     for cell in m.cells("B"):
-        if cell in a:
+        if cell in a or m.kinds[cell] == "dist":
             continue
         units = m.got.get("B", {}).get(cell, {})
         tps = [f["tokens_per_s"] for f in units.values()]
@@ -190,7 +211,7 @@ def new_rows(m: Measured) -> list[Row]:
     return rows
 
 
-ROWS = (build_rows, unit_rows, deterministic_rows, speed_rows, batch_rows, new_rows)
+ROWS = (build_rows, unit_rows, deterministic_rows, speed_rows, batch_rows, dist_rows, new_rows)
 
 
 def all_rows(m: Measured) -> list[Row]:

@@ -12,6 +12,10 @@
     batch   a method at batch=B (the experiment's `rows.batch`): aggregate tokens/s of whole
             batch runs, paired trios over `runs` fixed groups of B first turns, and each
             sequence's ids against A's and against the batch-1 ar. Name: "<method>@b<B>".
+    dist    a method pinned as its fixed cell, sampled at T = 1 with the run's seed:
+            check=distribution (bench.run.distcheck: drafting forced, a drafting floor) once
+            per tree, untimed; B's p-value must reach `alpha` and B must draft past the floor
+            (`rows.dist`: a chain and a tree method). Name: "<method>@t1".
 
 One more row kind is one more entry of KINDS, a branch in `cells`, and its requests in the worker
 and its rows in bench/gate/abrows.py.
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 
 from groundfloor.errors import UserError
 
-KINDS = ("speed", "fixed", "batch")
+KINDS = ("speed", "fixed", "batch", "dist")
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,14 @@ class Cell:
 
 
 def rows_of(exp: dict) -> dict:
-    """The experiment's `rows` block, checked: {speed: {skip}, batch: {methods, batch, runs}}."""
+    """The experiment's `rows` block, checked: {speed: {skip}, batch: {methods, batch, runs},
+    dist: {methods, alpha}}."""
     rows = exp.get("rows") or {}
     if not isinstance(rows, dict) or set(rows) - set(KINDS):
         raise UserError(f"{exp['path']}: 'rows' must map some of {', '.join(KINDS)} to settings")
     speed = rows.get("speed") or {}
     batch = rows.get("batch") or {}
+    dist = rows.get("dist") or {}
     out = {
         "speed": {"skip": [str(m) for m in speed.get("skip", [])]},
         "batch": {
@@ -49,7 +55,15 @@ def rows_of(exp: dict) -> dict:
             "batch": int(batch.get("batch", 4)),
             "runs": int(batch.get("runs", 8)),
         },
+        "dist": {
+            "methods": [str(m) for m in dist.get("methods", [])],
+            "alpha": float(dist.get("alpha", 0.001)),
+        },
     }
+    if not 0 < out["dist"]["alpha"] < 1:
+        raise UserError(
+            f"{exp['path']}: rows.dist.alpha={out['dist']['alpha']}: give a number in (0, 1)"
+        )
     if out["batch"]["methods"] and (out["batch"]["batch"] < 2 or out["batch"]["runs"] < 2):
         raise UserError(
             f"{exp['path']}: rows.batch needs batch ≥ 2 and runs ≥ 2 (got batch="
@@ -74,6 +88,10 @@ def cells(exp: dict, methods: list[str], differs) -> list[Cell]:
     for m in b["methods"]:
         if m in methods:
             out.append(Cell(f"{m}@b{b['batch']}", "batch", m, (f"batch={b['batch']}",), False))
+    for m in rows["dist"]["methods"]:
+        if m in methods:
+            sampled = (*per.get(m, []), "temperature=1", "check=distribution")
+            out.append(Cell(f"{m}@t1", "dist", m, sampled, True))
     return out
 
 

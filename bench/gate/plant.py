@@ -8,8 +8,9 @@ one more span of its own, so the turn's measured wall is (1 + fraction) × what 
     wall' = wall + fraction · wall        tokens/s' = tokens/s ÷ (1 + fraction)
 
 for ar and for every drafting method (a sleep in target forwards, the old --plant-delay, slowed
-ar most: a method that saves forwards saves some of the sleep). A batch run's wall is the time
-around its slots' shared work (bench.decode.batch.Batch.run): the same sleep is added inside it.
+ar most: a method that saves forwards saves some of the sleep). A batch run's wall is the union
+of its turns' clocked intervals (bench.decode.batch.Batch.run): the same sleep, on that wall,
+is added to it as one more span right after the run.
 Installed after warm-up and k=auto's calibration, so that the costs k=auto plans with are the
 tree's own; k=auto reads each round's own spans, which the sleep (after the last round) is not.
 """
@@ -40,14 +41,16 @@ def plant_turns(runner, fraction: float) -> None:
 
 
 def plant_batch(batch, fraction: float) -> None:
-    """Every later run of `batch` (bench.decode.batch.Batch) `fraction` slower: its slots' shared
-    work, which Batch.run's wall brackets, is followed by a sleep inside that bracket."""
-    shared = batch.shared.map
+    """Every later run of `batch` (bench.decode.batch.Batch) `fraction` slower: its wall (the
+    time some sequence was inside its turn's clock) is followed by a sleep of `fraction` × that
+    wall, added to it as one more clocked span after the last turn's."""
+    run = batch.run
 
     def slower(*args, **kwargs):
+        out = run(*args, **kwargs)
         t0 = time.perf_counter()
-        out = shared(*args, **kwargs)
-        time.sleep(fraction * (time.perf_counter() - t0))
+        time.sleep(fraction * out.wall_s)
+        out.wall_s += time.perf_counter() - t0
         return out
 
-    batch.shared.map = slower
+    batch.run = slower

@@ -1,7 +1,7 @@
 """One tree's side of the A/B gate: a long-lived process that runs the pinned experiment's cells
 (bench/gate/cells.py) one conversation, or one batch run, at a time, on request.
 
-    python -m bench.gate.worker --experiment FILE [--kinds speed,fixed,batch]
+    python -m bench.gate.worker --experiment FILE [--kinds speed,fixed,batch,dist]
                                 [--plant-slowdown F] [overrides]
 
 Started by bench/gate/ab.py with the tree as its working directory, so that `bench`, `engines`,
@@ -18,6 +18,7 @@ then the worker answers one JSON line per request on stdout:
                                                        "ids", "disturbed"}, ...]}
     request  {"cell": c, "group": g}     → {"batch": {"wall_ns", "new_tokens", "forwards",
                                                       "ids": [[...] per sequence], "disturbed"}}
+    request  {"cell": c, "dist": true}   → {"dist": {"pvalue", "status", "drafted", "floor"}}
     request  {"quit": true}              → the process exits
 
 A batch cell's group g is B first turns (groups: the prompts from g·B on, wrapping around),
@@ -120,10 +121,11 @@ def conversation(runner, prompt_id: str) -> list[dict]:
 
 
 def batch_run(runner, batched, group: list) -> dict:
-    """One batch run of the method side over a group (its wall: the whole batch)."""
+    """One batch run of the method side over a group, each prompt at its own budget (its wall:
+    the time some sequence was inside its turn's clock, bench.decode.batch)."""
     from bench.run.interference import interfered
 
-    run, load = batched.side("method", group, max(runner.max_new(p) for p in group))
+    run, load = batched.side("method", group, [runner.max_new(p) for p in group])
     return {
         "wall_ns": int(run.wall_s * 1e9),
         "new_tokens": run.new_tokens,
@@ -131,6 +133,12 @@ def batch_run(runner, batched, group: list) -> dict:
         "ids": [[int(t) for t in run.turns[(i, 0)].output_ids] for i in range(len(group))],
         "disturbed": interfered(load, runner.rules),
     }
+
+
+def distribution(runner) -> dict:
+    """A dist cell's check=distribution (seeded, untimed) → its result's figures."""
+    got = runner.check_distribution()
+    return {"pvalue": got.pvalue, "status": got.status, "drafted": got.drafted, "floor": got.floor}
 
 
 def serve(built: dict, skipped: dict, exp_path: Path, proto, requests) -> None:
@@ -164,7 +172,9 @@ def serve(built: dict, skipped: dict, exp_path: Path, proto, requests) -> None:
         if req.get("quit"):
             return
         _, runner, batched = built[req["cell"]]
-        if "group" in req:
+        if req.get("dist"):
+            _send(proto, {"dist": distribution(runner)})
+        elif "group" in req:
             got = batch_run(runner, batched, grouped[req["cell"]][req["group"]])
             _send(proto, {"batch": got})
         else:
@@ -180,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.gate.worker", description=__doc__)
     ap.add_argument("overrides", nargs="*")
     ap.add_argument("--experiment", type=Path, required=True)
-    ap.add_argument("--kinds", default="speed,fixed,batch")
+    ap.add_argument("--kinds", default="speed,fixed,batch,dist")
     ap.add_argument("--plant-slowdown", type=float, default=0.0)
     args = ap.parse_args(argv)
     proto = os.fdopen(os.dup(1), "w")

@@ -219,18 +219,7 @@ class Runner:
         )
         writer.write_env(env, cfg)
         if cfg.check == "distribution":  # T > 0: does the method sample the baseline's law?
-            self.dist = distcheck.for_run(
-                cfg,
-                self.prompts,
-                self.tokenizer,
-                self.baseline,
-                self.method,
-                self.out,
-                sampling=self.sampling,
-                eos=self.eos,
-                clock=self.clock,
-                device=self.device,
-            )
+            self.dist = self.check_distribution()
         task_id = (
             progress.add_task(f"{cfg.method.name} k={self.k}", total=len(self.prompts))
             if progress
@@ -253,6 +242,22 @@ class Runner:
             writer.close()
             self.record_auto_end(writer, env)
         return writer.path
+
+    def check_distribution(self) -> distcheck.DistCheck:
+        """check=distribution on this cell (bench.run.distcheck.for_run), untimed, after
+        prepare(); its evidence goes to distcheck.json in the run's folder."""
+        return distcheck.for_run(
+            self.cfg,
+            self.prompts,
+            self.tokenizer,
+            self.baseline,
+            self.method,
+            self.out,
+            sampling=self.sampling,
+            eos=self.eos,
+            clock=self.clock,
+            device=self.device,
+        )
 
     def record_auto_end(self, writer, env: dict) -> None:
         """env.json again, with k=auto's policy as the measured turns left it (its refits)."""
