@@ -182,7 +182,7 @@ BAD = [
     # a sweep's knob: every swept method must have it (the default method need not)
     (
         ["-m", "method=eagle,eagle3", "method.foo=1"],
-        "method.foo: eagle has no knob 'foo'; its knobs: k, max_k, fixed_k, alpha1_forced, heads, top_k",
+        "method.foo: eagle has no knob 'foo'; its knobs: k, max_k, fixed_k, alpha1_forced, heads",
     ),
     (["-m", "method=eagle,ngram", "method.top_k=1"], "method.top_k: ngram has no knob 'top_k'"),
     (["model.kernel=onednn", "model.weights=int4"], "model.kernel=onednn runs float32 weights"),
