@@ -10,6 +10,7 @@
     models      where models come from (the embedded GGUF, Hugging Face ids, directories)
     progress    the one progress bar of every command
     machine     the job's CPUs and their capacity under a cgroup quota
+    loops       repetition loops in a turn's token ids (the records' loop flag)
 
 Floors above, each importing only downward (contracts in pyproject.toml, checked by
 import-linter in `make test`): engines and tasks; drafters; methods; bench (the run); and on

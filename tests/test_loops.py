@@ -1,4 +1,4 @@
-"""The loop flag (bench.outputs.loops) on a looping answer and on a numbered list that repeats
+"""The loop flag (groundfloor.loops) on a looping answer and on a numbered list that repeats
 short n-grams without looping, token ids from the tests' tiny word tokenizer and (slow) from the
 embedded SmolLM2-135M's own tokenizer; and the record fields `loop` and `stop_reason`."""
 
@@ -12,8 +12,8 @@ import pytest
 from conftest import tiny_tokenizer
 
 from bench.decode.turn import TurnResult
-from bench.outputs.loops import looping, periodic_tail, repeated_ngram
 from bench.outputs.records import record
+from groundfloor.loops import looping, periodic_tail, repeated_ngram
 from tasks.prompt import Prompt
 
 # the 135M target's answer to a translation prompt in `make bench` (issue 63), to the budget

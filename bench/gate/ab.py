@@ -236,19 +236,8 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
         def measured():
             return abrows.Measured(ready, collapse(m.got), entry, same_kind, tol, dist, alpha)
 
-        rows = abrows.all_rows(measured())
         budget = float(exp.get("topup_s", TOPUP_S))
-        topup_began = time.perf_counter()
-        deadline = topup_began + budget
-        while (weak := weak_cells(rows, ready["B"])) and time.perf_counter() < deadline:
-            cells = [c for c in single if c in weak]
-            before = m.counts["topup_trios"]
-            finished = m.run(prompts, cells, len(ready["B"]["groups"]),
-                             [c for c in batch if c in weak], deadline)  # fmt: skip
-            rows = abrows.all_rows(measured())
-            if not finished or m.counts["topup_trios"] == before:
-                break
-        topup_s = time.perf_counter() - topup_began if m.counts["topup_trios"] else 0.0
+        rows, topup_s = top_up(m, measured, prompts, single, batch, ready["B"], budget)
     took = time.perf_counter() - began
     got = collapse(m.got)
     if out:
@@ -260,21 +249,7 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
             f"the committed ids were recorded on {', '.join(base['machines'])}: units whose ar "
             "stream differs here are left out of the tokens check (tokens_vs_A checks them all)"
         )
-    if m.counts["remeasured"] or m.counts["still_disturbed"]:
-        notes.append(
-            f"other work disturbed {m.counts['remeasured']} measurements of a unit, each "
-            f"measured again; {m.counts['still_disturbed']} still disturbed after {REMEASURE} "
-            "tries (kept, flagged)"
-        )
-    if m.counts["topup_trios"]:
-        notes.append(
-            f"top-up: {m.counts['topup_trios']} units of underpowered rows measured again in "
-            f"{topup_s:.0f} s of {budget:.0f} s (repeats averaged into each unit)"
-        )
-    for cell, why in ready["A"]["skipped"].items():
-        notes.append(f"not built at the recorded commit either: {cell}: {why}")
-    if plant:
-        notes.append(f"planted: every B turn and batch run {plant:.0%} slower inside its clock")
+    notes += measuring_notes(m.counts, topup_s, budget, ready["A"]["skipped"], plant)
     order = {c["name"]: i for i, c in enumerate(ready["B"]["cells"] + ready["A"]["cells"])}
     rows.sort(key=lambda r: order.get(r.method, order.get(r.method.split("@")[0], -1)))
     code, line = headline(rows, blocking)
@@ -307,6 +282,44 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
     for path in [p for p in (json_path, out / "verdict.json" if out else None) if p]:
         write_json(path, doc, rows)
     return code
+
+
+def top_up(m, measured, prompts, single, batch, ready_b: dict, budget: float):
+    """Extra trios on the units of rows still underpowered, within `budget` seconds (a unit's
+    repeats averaged into it, bench/gate/trios.py) → (the rows after it, seconds it took)."""
+    rows = abrows.all_rows(measured())
+    began = time.perf_counter()
+    deadline = began + budget
+    while (weak := weak_cells(rows, ready_b)) and time.perf_counter() < deadline:
+        cells = [c for c in single if c in weak]
+        before = m.counts["topup_trios"]
+        finished = m.run(prompts, cells, len(ready_b["groups"]),
+                         [c for c in batch if c in weak], deadline)  # fmt: skip
+        rows = abrows.all_rows(measured())
+        if not finished or m.counts["topup_trios"] == before:
+            break
+    return rows, time.perf_counter() - began if m.counts["topup_trios"] else 0.0
+
+
+def measuring_notes(counts: dict, topup_s: float, budget: float, skipped_a: dict, plant: float):
+    """The verdict's notes on how the units were measured: re-measured, topped up, planted."""
+    notes = []
+    if counts["remeasured"] or counts["still_disturbed"]:
+        notes.append(
+            f"other work disturbed {counts['remeasured']} measurements of a unit, each "
+            f"measured again; {counts['still_disturbed']} still disturbed after {REMEASURE} "
+            "tries (kept, flagged)"
+        )
+    if counts["topup_trios"]:
+        notes.append(
+            f"top-up: {counts['topup_trios']} units of underpowered rows measured again in "
+            f"{topup_s:.0f} s of {budget:.0f} s (repeats averaged into each unit)"
+        )
+    for cell, why in skipped_a.items():
+        notes.append(f"not built at the recorded commit either: {cell}: {why}")
+    if plant:
+        notes.append(f"planted: every B turn and batch run {plant:.0%} slower inside its clock")
+    return notes
 
 
 def distribution_checks(workers: dict, kinds: dict) -> dict:

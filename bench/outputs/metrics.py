@@ -264,7 +264,7 @@ def _decode_speedup(x: Scope):
 
 
 def unit_loops(x: Scope) -> pd.Series | None:
-    """Per unit of x.speed: does it loop (bench.outputs.loops), on either side in any repeat?
+    """Per unit of x.speed: does it loop (groundfloor.loops), on either side in any repeat?
     At T = 0 an exact method's turn is the baseline's, so this is the baseline's greedy output;
     at T > 0 a loop sampled by either side counts. None for records without the flag."""
     if "loop" not in x.method or "loop" not in x.base:
@@ -279,7 +279,7 @@ def unit_loops(x: Scope) -> pd.Series | None:
 @metric(
     "loop_share",
     "speedup_noloop",
-    doc="share of the units whose turn loops (bench.outputs.loops: either side, any repeat), "
+    doc="share of the units whose turn loops (groundfloor.loops: either side, any repeat), "
     "and the speedup (speedup's estimator) over the units without a loop",
 )
 def _loops(x: Scope):

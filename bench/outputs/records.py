@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-from bench.outputs.loops import looping
 from engines.cpu import FLAGS_THAT_MATTER, cpu_flags, cpu_kind
 from groundfloor import provenance
 from groundfloor.errors import UserError
+from groundfloor.loops import looping
 from groundfloor.machine import cpu_name, job_cpus
 
 MB = 1e6
@@ -63,7 +63,7 @@ def record(
         "ttft_s": ttft,
         "tpot_s": (wall - ttft) / (new - 1) if new > 1 else None,
         **fields,
-        # the n-gram and periodic-tail rules of bench.outputs.loops, a closing EOS left out
+        # the n-gram and periodic-tail rules of groundfloor.loops, a closing EOS left out
         "loop": looping(ids[:-1] if res.stop == "eos" else ids),
         "peak_mem_delta_mb": peak / MB if peak is not None else None,
         **{key: verdict.get(key) for key in VERDICT},

@@ -20,13 +20,13 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench.outputs import records as rec
-from bench.outputs.loops import looping
 from bench.outputs.verdict import first_divergence
 from bench.run import lifecycle
 from bench.serve import client, scrape
 from bench.serve.load import run_pass
 from bench.serve.server import Server, command, get, server_k
 from groundfloor.errors import UserError
+from groundfloor.loops import looping
 from groundfloor.machine import cpu_name
 from groundfloor.prompting import encode, seed_for
 from groundfloor.provenance import git_sha
