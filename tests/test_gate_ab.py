@@ -74,8 +74,20 @@ def test_the_threshold_counts_a_difference_between_processes_as_noise():
     t["A′"] = tree({}, 0.03, 2, offset=0.9)  # one worker of the same tree 10% slower
     rule = [r for r in paired.speed_rows(t, 0.15) if r.metric == "tokens_per_s"][0].rule
     assert re.search(r"A′/A -(9|10|11)\.\d%", rule), rule
-    # B as far from A as A′ is does not fail, though the floor alone (−7.8%) would
-    assert failed(paired.speed_rows({**t, "B": tree({}, 0.03, 5, offset=0.9)}, 0.15)) == []
+
+    # B as far from A as A′ is (every method alike: a process offset, the median of the rows'
+    # E) does not fail, though the floor alone (−7.8%) would: over ten runs, at most one of the
+    # 40 tokens/s rows (each at the Bonferroni z: ~0.5% a row)
+    def run(seed: int) -> dict:  # a gate run: A, and B and A′ each 10% slower
+        three = (tree({}, 0.03, 3 * seed + i, offset=1.0 if i == 0 else 0.9) for i in range(3))
+        return dict(zip(("A", "B", "A′"), three, strict=True))
+
+    fails = [failed(paired.speed_rows(run(seed), 0.15)) for seed in range(1, 11)]
+    assert sum(map(len, fails)) <= 1, fails
+    # the same B against an A′ of no offset fails every tokens/s row
+    t["A′"] = tree({}, 0.03, 2)
+    rows = paired.speed_rows({**t, "B": tree({}, 0.03, 3, offset=0.9)}, 0.15)
+    assert {m for m, metric in failed(rows) if metric == "tokens_per_s"} == set(METHODS)
 
 
 def test_noise_widens_the_threshold_and_power_is_reported():
@@ -244,7 +256,7 @@ def test_the_planted_slowdown_fails_every_tokens_per_s_row(recorded, tmp_path):
     assert tps == {"ar", "ngram", "ar@b2", "ngram@b2"}
     assert all(rows[m, "tokens_per_s"]["verdict"] == "REGRESSION" for m in tps)
     # the same ids: only the speed failed; every method alike, so the speedups hold
-    assert rows[("ngram", "tokens_vs_A")]["verdict"] == "ok"
+    assert rows[("ngram", "tokens")]["verdict"] == "ok"
     assert rows[("ngram", "speedup")]["verdict"] in ("ok", "better")
 
 
@@ -309,15 +321,15 @@ def test_a_against_itself_is_judged_and_a_row_too_noisy_is_topped_up(recorded, t
     assert any(n.startswith("top-up: ") for n in doc["notes"]), doc["notes"]
     assert doc["topup_seconds"] >= 3 and doc["experiment_differences"] == []
     rows = rows_of(doc)
-    for key in [("ar", "tokens"), ("ngram", "tau"), ("ngram", "tokens_vs_A"), ("all", "units")]:
+    for key in [("ar", "tokens"), ("ngram", "tau"), ("ar", "tokens_vs_A"), ("all", "units")]:
         assert rows[key]["verdict"] == "ok", rows[key]
     assert rows[("ngram@b2", "tokens_vs_A")]["verdict"] == "ok"
     assert rows[("ngram@b2", "exact_match")]["verdict"] == "ok"
     # every kind of row is there: speed at the default k, batch runs (one unit per batch run),
-    # the seeded T = 1 distribution check (drafting forced past its floor, the same p on A and B)
+    # the seeded T = 1 distribution check on B (drafting forced past its floor)
     assert "2 units" in rows[("ngram@b2", "tokens_per_s")]["rule"]
     dist = rows[("ngram@t1", "distribution")]
-    assert dist["verdict"] == "ok" and dist["now"] >= 0.001 and dist["now"] == dist["baseline"]
+    assert dist["verdict"] == "ok" and dist["now"] >= 0.001 and dist["baseline"] is None
     assert {("ar", "tokens_per_s"), ("ngram", "speedup")} <= rows.keys()
 
 

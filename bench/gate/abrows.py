@@ -6,8 +6,8 @@
     units         every committed unit (the baseline's outputs) and every unit A measured is
                   measured by B in every cell both built: a unit left out fails
     deterministic per method, its fixed cell (else its speed cell; bench/gate/cells.py): B's ids
-                  against the committed ids and against A's here, τ and exact_match against the
-                  baseline (bench/gate/rules.py)
+                  against the committed ids and, where A ran the cell here, against A's; τ and
+                  exact_match against the baseline (bench/gate/rules.py)
     speed         per speed cell, tokens/s and speedup over the tree's own ar, B against A with
                   the threshold from A′ against A (bench/gate/paired.py); Bonferroni over every
                   speed test of the run, batch ones included
@@ -15,7 +15,7 @@
                   above, one unit per batch run's group; each sequence's ids against A's, and
                   the share equal to the batch-1 ar's ids no lower than A's
     dist          per dist cell, B's seeded T = 1 check=distribution: the method drafted past the
-                  check's floor and its p-value reaches rows.dist.alpha (A's p shown beside it)
+                  check's floor and its p-value reaches rows.dist.alpha
     new           a cell only B has: measured at B, reported, not gated
 
 ROWS lists them; one more row kind is one more function there.
@@ -108,7 +108,8 @@ def deterministic_rows(m: Measured) -> list[Row]:
         now = {u: {**f, "reference": ar[u]["ids"]} for u, f in units.items() if u in ar}
         keys = compared_units(m.entry["outputs"], now, m.same_kind)
         rows.append(check_tokens(method, m.entry["outputs"], now, keys))
-        rows.append(same_as_a(method, a.get(cell, {}), units))
+        if a.get(cell) or not m.same_kind:  # A runs a fixed cell only off the baseline's kind
+            rows.append(same_as_a(method, a.get(cell, {}), units))
         base = m.entry["methods"].get(method)
         if base is None:
             continue

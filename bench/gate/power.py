@@ -9,6 +9,8 @@ measures. One simulated gate run:
                                                                   ē_base a mean of R draws
     s_now  = sd of n draws from the ar pool (the new run's own AR-against-AR cell)
     fails  = rules.fails_speedup(D, n, s_now, s_base, tol)        s_base: the recorded ar cell's
+                                                                  (each raised to the method's
+                                                                  own noise, rules.method_noise)
 
     (with the machine-wide part taken out, rules.common_part over M methods: D also carries
     the median's noise, N(0, (widen² − 1)·var D), and the threshold's SE is widened alike)
@@ -24,16 +26,15 @@ import math
 
 import numpy as np
 
-from bench.gate.rules import fails_speedup, median_widening, noise_sd
+from bench.gate.rules import fails_speedup, median_widening, method_noise, noise_sd, repeat_noise
 
 
 def noise_pool(units: dict[str, dict]) -> np.ndarray:
     """Single-run noise draws on a unit's log pair ratio, from its recorded repeats."""
-    d = [(u["repeats"][0] - u["repeats"][1]) / math.sqrt(2) for u in units.values()]
-    if not d:
+    d = repeat_noise(units)
+    if not len(d):
         raise ValueError("no unit has two recorded repeats: record the baseline with repeats ≥ 2")
-    d = np.array(d)
-    return np.concatenate([d, -d])
+    return d
 
 
 def rate(
@@ -57,9 +58,8 @@ def rate(
     widen = median_widening(methods)
     d = d + rng.normal(0, d.std() * math.sqrt(widen**2 - 1), draws) + math.log(1 - slowdown)
     s_now = rng.choice(ar_pool, size=(draws, n)).std(axis=1, ddof=1)
-    return float(
-        np.mean([fails_speedup(d[i], n, s_now[i], s_base, tol, widen) for i in range(draws)])
-    )
+    noise = [method_noise((s, s_base), method_units) for s in s_now]
+    return float(np.mean([fails_speedup(d[i], n, *noise[i], tol, widen) for i in range(draws)]))
 
 
 def methods_of(entry: dict) -> int:

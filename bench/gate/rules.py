@@ -96,6 +96,32 @@ def noise_sd(ar_units: dict[str, dict]) -> float:
     return float(x.std(ddof=1)) if len(x) > 1 else float("nan")
 
 
+def repeat_noise(units: dict[str, dict]) -> np.ndarray:
+    """Single-run noise draws on a unit's log pair ratio: the difference of its first two
+    recorded repeats ÷ √2, with both signs (empty where no unit has two)."""
+    d = np.array(
+        [
+            (u["repeats"][0] - u["repeats"][1]) / math.sqrt(2)
+            for u in units.values()
+            if len(u.get("repeats", ())) >= 2
+        ]  # fmt: skip
+    )
+    return np.concatenate([d, -d])
+
+
+def method_noise(ar: tuple[float, float], units: dict[str, dict]) -> tuple[float, float]:
+    """(s_now, s_baseline) for one method: the ar cells' spreads, or the method's own recorded
+    run-to-run noise where that is larger (a method noisier than ar, its verify rounds few and
+    short: judged at ar's noise it would fail an unchanged tree too often). The baseline's unit
+    is the mean of its R repeats, a run's unit one pair."""
+    own = repeat_noise(units)
+    if not len(own):
+        return ar
+    sd = float(np.sqrt(np.mean(own**2)))
+    repeats = min(len(u["repeats"]) for u in units.values())
+    return max(ar[0], sd), max(ar[1], sd / math.sqrt(repeats))
+
+
 def threshold(se: float, tol: float) -> float:
     """t of the rule above (a positive log change)."""
     return max(Z95 * se, -math.log(1 - tol) / 2)
@@ -279,7 +305,8 @@ def compare(
         ]
         if same_kind:
             own = (0.0, 0) if method == "ar" else common
-            rows.append(check_speedup(method, b["units"], n["units"], noise, tol, own))
+            s = method_noise(noise, b["units"])
+            rows.append(check_speedup(method, b["units"], n["units"], s, tol, own))
         else:
             rows.append(
                 Row(

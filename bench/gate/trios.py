@@ -1,14 +1,15 @@
 """The A/B gate's measurements: the trees' workers asked in turn, unit by unit, in an order that
 lets drift cancel and never runs one tree twice in a row.
 
-A speed or batch cell's unit is measured by the three trees (a trio), a fixed cell's by A and B
-(a pair: deterministic, one run each), a cell only B has by B alone. Each trio takes the next
-rotation of (A, B, A′): A B A′, B A′ A, A′ A B, … so that every tree takes every position alike
-over three trios (a linear drift cancels in B − A and in A′ − A), and the tree that ran last
-never runs first (the old A B A′ then A′ B A ran A′ twice in a row); a pair takes whichever of
-A B, B A does not start with the tree that ran last. A unit that other work disturbed in any
-tree is measured again (up to REMEASURE times) and counted. A top-up pass measures a unit again:
-its repeats are kept side by side and averaged into the unit (`collapse`), never new units.
+A speed or batch cell's unit is measured by the three trees (a trio), a fixed cell's by A and B (a
+pair: deterministic, one run each; by B alone on a CPU kind the baseline has an entry for, whose
+committed ids were recorded from A there), a cell only B has by B alone. Each trio takes the next
+rotation of (A, B, A′): A B A′, B A′ A, A′ A B, … so that every tree takes every position alike over
+three trios (a linear drift cancels in B − A and in A′ − A), and the tree that ran last never runs
+first (the old A B A′ then A′ B A ran A′ twice in a row); a pair takes whichever of A B, B A does
+not start with the tree that ran last. A unit that other work disturbed in any tree is measured
+again (up to REMEASURE times) and counted. A top-up pass measures a unit again: its repeats are kept
+side by side and averaged into the unit (`collapse`), never new units.
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ def group_key(g: int) -> str:
 class Measurer:
     """Runs the plan's units on the workers; got[tree][cell][unit] = [figures of each repeat]."""
 
-    def __init__(self, workers: dict, cells_of: dict[str, dict[str, str]]):
+    def __init__(self, workers: dict, cells_of: dict[str, dict[str, str]],
+                 fixed: tuple[str, ...] = ("A", "B")):  # fmt: skip
         self.workers, self.cells_of = workers, cells_of  # cells_of[tree] = {cell: kind}
+        self.fixed = fixed  # the trees that run a fixed cell
         self.order = Order()
         self.got: dict = {k: {} for k in workers}
         self.counts = {"remeasured": 0, "still_disturbed": 0, "topup_trios": 0}
@@ -72,7 +75,7 @@ class Measurer:
         if cell not in self.cells_of["B"]:
             return ()  # B cannot run it: a failed row, nothing to measure
         kind = self.cells_of["B"][cell]
-        want = ("A", "B") if kind == "fixed" else TREES
+        want = self.fixed if kind == "fixed" else TREES
         return tuple(k for k in want if k in self.workers and cell in self.cells_of[k])
 
     def unit(self, cell: str, request: dict) -> bool:
