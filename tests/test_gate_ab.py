@@ -90,6 +90,25 @@ def test_the_threshold_counts_a_difference_between_processes_as_noise():
     assert {m for m, metric in failed(rows) if metric == "tokens_per_s"} == set(METHODS)
 
 
+def test_a_cell_whose_work_differs_between_two_processes_counts_it_as_noise():
+    """k=auto decides from each process's timings: where A′ made 20% fewer forwards than A, a
+    B 10% slower in eagle is within what two processes of one tree differ by; with the same
+    forwards at A and A′ it fails."""
+
+    def with_forwards(t: dict, a: int, a2: int) -> dict:
+        for k, n in (("A", a), ("B", a), ("A′", a2)):
+            for f in t[k]["eagle"].values():
+                f["forwards"] = n
+        return t
+
+    slow = trees({"eagle": 0.9})
+    rows = paired.speed_rows(with_forwards(slow, 50, 40), 0.15)
+    row = next(r for r in rows if (r.method, r.metric) == ("eagle", "tokens_per_s"))
+    assert "forwards -20.0%" in row.rule and not row.failed, row.rule
+    rows = paired.speed_rows(with_forwards(trees({"eagle": 0.9}), 50, 50), 0.15)
+    assert ("eagle", "tokens_per_s") in failed(rows)
+
+
 def test_noise_widens_the_threshold_and_power_is_reported():
     rows = paired.speed_rows(trees({}, noise=0.6), 0.15)
     assert all(r.verdict == "underpowered" for r in rows), [r.rule for r in rows]

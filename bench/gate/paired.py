@@ -15,17 +15,23 @@ Per method and metric, over the n units all three measured:
     SE  = sd_u(e) / √n
     Ē   = median over the run's methods of their tokens/s E (same row kind); 0 for speedup
     t   = max(z · SE + |Ē|, −log(1 − tol) / 2)      z = Φ⁻¹(1 − 0.05 / tests)
+          (|Ē| → max(|Ē|, |W|), W = log(Σ forwards at A′ ÷ Σ forwards at A))
     fails when D < −t
 
 z spreads 5% of false alarms over all the run's tests (Bonferroni); |Ē| counts a difference between
 two processes of one tree as noise: a process offset (memory placement) is shared by every cell of
 the process, so the median of the methods' E estimates it (with fewer than 3 methods, each row's own
-|E|); a speedup, a ratio of two cells of one process, has none. A row's own E is mostly its units'
-noise: in a gate run on a quiet 2-core Xeon (family 6 model 207) the ten tokens/s rows' E spread
-over −2.6…+6.7% around a median of +0.4%, and adding each row's own |E| to its threshold left 16 of
-the 24 speed rows underpowered (ar's tokens/s: power 57% at −15%). The floor puts the threshold
-halfway to the slowdown the gate must catch (tol) when the noise is small. power = Φ((−log(1 − tol)
-− t) / SE) is printed, and a row below 90% says "underpowered" instead of passing silently.
+|E|); a speedup, a ratio of two cells of one process, has none. A cell whose work differs between
+two processes of one tree (k=auto decides from each process's own timings) has an offset of its own,
+which one A′ shows only as one draw: W, the difference of their target forwards, counts it free of
+timing noise. In a gate run on the 2-core Xeon model 207 the learned drafters' k=auto cells'
+forwards differed by 6–14% between A and A′ (draft, eagle, eagle3, medusa), the n-gram ones 0–5%,
+the fixed-k ones none. A row's own E is mostly its units' noise: in a gate run on a quiet 2-core
+Xeon (family 6 model 207) the ten tokens/s rows' E spread over −2.6…+6.7% around a median of +0.4%,
+and adding each row's own |E| to its threshold left 16 of the 24 speed rows underpowered (ar's
+tokens/s: power 57% at −15%). The floor puts the threshold halfway to the slowdown the gate must
+catch (tol) when the noise is small. power = Φ((−log(1 − tol) − t) / SE) is printed, and a row below
+90% says "underpowered" instead of passing silently.
 
 `simulate` gives the rates from the run's own units: a simulated gate run draws its B-against-A
 units and its A′-against-A units independently, with replacement, from the measured A′-against-A
@@ -51,12 +57,24 @@ def z_for(tests: int) -> float:
     return NormalDist().inv_cdf(1 - ALPHA / max(tests, 1))
 
 
-def threshold(e: np.ndarray, z: float, tol: float, shared: float | None = None):
+def threshold(e: np.ndarray, z: float, tol: float, shared: float | None = None,
+              work: float = 0.0):  # fmt: skip
     """(t, SE) of the rule above from the A′-against-A log ratios e; `shared`: Ē, the run's
-    process offset (None: this row's own E)."""
+    process offset (None: this row's own E); `work`: W, the cell's own offset in work between
+    two processes of one tree (the larger of |Ē| and W counts)."""
     se = float(e.std(ddof=1) / math.sqrt(len(e)))
-    offset = float(e.mean()) if shared is None else shared
-    return max(z * se + abs(offset), -math.log(1 - tol) / 2), se
+    offset = abs(float(e.mean())) if shared is None else abs(shared)
+    return max(z * se + max(offset, abs(work)), -math.log(1 - tol) / 2), se
+
+
+def work_offset(trees: dict[str, dict], method: str) -> float:
+    """W = log(Σ forwards at A′ ÷ Σ forwards at A) over the units both ran (|W| counts): 0 where two
+    processes of one tree do the same work (fixed k), more where the method's decisions follow
+    each process's own timings (k=auto). Counted in forwards, not seconds: free of timing noise."""
+    a, a2 = trees["A"].get(method, {}), trees["A′"].get(method, {})
+    units = a.keys() & a2.keys()
+    fa, fa2 = (sum(t[u].get("forwards") or 0 for u in units) for t in (a, a2))
+    return math.log(fa2 / fa) if fa > 0 and fa2 > 0 else 0.0
 
 
 def process_offset(trees: dict[str, dict], metric: str) -> float | None:
@@ -122,9 +140,11 @@ def check(trees: dict[str, dict], method: str, metric: str, tol: float, tests: i
         )
     d = log_ratios(x["B"], x["A"], units).mean()
     e = log_ratios(x["A′"], x["A"], units)
-    t, se = threshold(e, z_for(tests), tol, shared)
+    work = work_offset(trees, method)
+    t, se = threshold(e, z_for(tests), tol, shared, work)
     p = power(t, se, tol)
-    offset = "" if not shared else f" (all: {math.exp(shared) - 1:+.1%})"
+    offset = f" (all: {math.exp(shared) - 1:+.1%})" if shared else ""
+    offset += f", forwards {math.exp(work) - 1:+.1%}" if work else ""
     rule = (
         f"B/A {math.exp(d) - 1:+.1%} ≥ {math.exp(-t) - 1:.1%} ({len(units)} units; A′/A "
         f"{math.exp(e.mean()) - 1:+.1%}{offset}, SE {se:.3f}; power {p:.0%} at −{tol:.0%})"
@@ -165,10 +185,11 @@ def simulate(
     z, drop = z_for(len(tests)), math.log(1 - tol)
     e = {}
     offset = {metric: process_offset(trees, metric) for metric in METRICS}
+    work = {m: work_offset(trees, m) for m, _ in tests}
     for m, metric in tests:
         x = {k: speeds(trees[k], metric)[m] for k in ("A", "A′")}
         ek = log_ratios(x["A′"], x["A"], noise_units(trees, m, metric))
-        if offset[metric] is not None:  # a row's E is noise around the process offset Ē
+        if offset[metric] is not None:  # a row's E: noise around the process offset Ē
             ek = ek - ek.mean() + offset[metric]
         e[m, metric] = ek
     alarms, caught = 0, dict.fromkeys(tests, 0)
@@ -183,7 +204,7 @@ def simulate(
         for key, ek in e.items():
             n = len(ek)
             d = ek[rng.integers(n, size=n)].mean()
-            t, _ = threshold(now[key], z, tol, shared[key[1]])
+            t, _ = threshold(now[key], z, tol, shared[key[1]], work[key[0]])
             alarm |= d < -t
             caught[key] += d + drop < -t
         alarms += alarm
