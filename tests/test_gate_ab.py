@@ -93,7 +93,7 @@ def test_the_threshold_counts_a_difference_between_processes_as_noise():
 def test_a_cell_whose_work_differs_between_two_processes_counts_it_as_noise():
     """k=auto decides from each process's timings: where A′ made 20% fewer forwards than A, a
     B 10% slower in eagle is within what two processes of one tree differ by; with the same
-    forwards at A and A′ it fails."""
+    forwards at A and A′ it fails, and a B whose forwards alone differ is a change."""
 
     def with_forwards(t: dict, a: int, a2: int) -> dict:
         for k, n in (("A", a), ("B", a), ("A′", a2)):
@@ -104,9 +104,13 @@ def test_a_cell_whose_work_differs_between_two_processes_counts_it_as_noise():
     slow = trees({"eagle": 0.9})
     rows = paired.speed_rows(with_forwards(slow, 50, 40), 0.15)
     row = next(r for r in rows if (r.method, r.metric) == ("eagle", "tokens_per_s"))
-    assert "forwards -20.0%" in row.rule and not row.failed, row.rule
+    assert "forwards A′/A -20.0% B/A +0.0%" in row.rule and not row.failed, row.rule
     rows = paired.speed_rows(with_forwards(trees({"eagle": 0.9}), 50, 50), 0.15)
     assert ("eagle", "tokens_per_s") in failed(rows)
+    t = with_forwards(trees({"eagle": 0.9}), 50, 50)
+    for f in t["B"]["eagle"].values():
+        f["forwards"] = 60
+    assert ("eagle", "tokens_per_s") in failed(paired.speed_rows(t, 0.15))
 
 
 def test_noise_widens_the_threshold_and_power_is_reported():
