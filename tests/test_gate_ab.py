@@ -113,6 +113,16 @@ def test_a_cell_whose_work_differs_between_two_processes_counts_it_as_noise():
     assert ("eagle", "tokens_per_s") in failed(paired.speed_rows(t, 0.15))
 
 
+def test_every_method_slower_alike_fails_the_machine_wide_row_where_single_rows_cannot():
+    """Rows too noisy to judge one by one (noise 0.12 a unit): the median of every method's
+    B/A still catches all of them 15% slower, and passes an unchanged tree."""
+    loud = trees({m: 0.85 for m in METHODS}, noise=0.12, seed=4)
+    row = paired.machine_row(loud, 0.15, 8)
+    assert row is not None and row.failed, row.rule
+    assert not paired.machine_row(trees({}, noise=0.03, seed=4), 0.15, 8).failed
+    assert paired.machine_row({k: {"ar": v["ar"]} for k, v in trees({}).items()}, 0.15, 2) is None
+
+
 def test_noise_widens_the_threshold_and_power_is_reported():
     rows = paired.speed_rows(trees({}, noise=0.6), 0.15)
     assert all(r.verdict == "underpowered" for r in rows), [r.rule for r in rows]

@@ -10,7 +10,8 @@
                   exact_match against the baseline (bench/gate/rules.py)
     speed         per speed cell, tokens/s and speedup over the tree's own ar, B against A with
                   the threshold from A′ against A (bench/gate/paired.py); Bonferroni over every
-                  speed test of the run, batch ones included
+                  speed test of the run, batch ones included; and the machine-wide tokens/s row,
+                  the median of the speed cells' (every method slower alike)
     batch         per batch cell, aggregate tokens/s (and speedup over ar at the same batch) as
                   above, one unit per batch run's group; each sequence's ids against A's, and
                   the share equal to the batch-1 ar's ids no lower than A's
@@ -142,7 +143,9 @@ def speed_tests(m: Measured) -> int:
 
 
 def speed_rows(m: Measured) -> list[Row]:
-    return paired.checks(m.trees("speed"), m.tol.speedup_tol, speed_tests(m))
+    trees, tests = m.trees("speed"), speed_tests(m) + 1
+    every = paired.machine_row(trees, m.tol.speedup_tol, tests)
+    return paired.checks(trees, m.tol.speedup_tol, tests) + ([every] if every else [])
 
 
 def batch_rows(m: Measured) -> list[Row]:

@@ -165,6 +165,32 @@ def check(trees: dict[str, dict], method: str, metric: str, tol: float, tests: i
     return Row(method, metric, a, b, rule, verdict)
 
 
+def machine_row(trees: dict[str, dict], tol: float, tests: int) -> Row | None:
+    """The machine-wide tokens/s row: every method slower alike (an engine, a shared path, the
+    self-test's planted slowdown). D_all = median over methods of D (tokens/s), judged as a row
+    above with SE = √(π / 2M) · sd_m(E) (a median of M rows' means) and the process offset Ē;
+    None below 3 methods. Where single rows are too noisy to judge, the median of all is not."""
+    x = {k: speeds(trees[k], "tokens_per_s") for k in ("A", "B", "A′")}
+    ds, es = [], []
+    for m in x["B"]:
+        units = noise_units(trees, m, "tokens_per_s")
+        if m in x["A"] and len(units) >= 2:
+            ds.append(log_ratios(x["B"][m], x["A"][m], units).mean())
+            es.append(log_ratios(x["A′"][m], x["A"][m], units).mean())
+    if len(ds) < 3:
+        return None
+    d, shared = float(np.median(ds)), float(np.median(es))
+    se = math.sqrt(math.pi / (2 * len(es))) * float(np.std(es, ddof=1))
+    t = max(z_for(tests) * se + abs(shared), -math.log(1 - tol) / 2)
+    p = power(t, se, tol)
+    rule = (
+        f"median B/A of {len(ds)} methods {math.exp(d) - 1:+.1%} ≥ {math.exp(-t) - 1:.1%} "
+        f"(A′/A {math.exp(shared) - 1:+.1%}, SE {se:.3f}; power {p:.0%} at −{tol:.0%})"
+    )
+    verdict = "REGRESSION" if d < -t else "underpowered" if p < 0.9 else "better" if d > t else "ok"
+    return Row("all", "tokens_per_s", None, math.exp(d), rule, verdict)
+
+
 def checks(trees: dict[str, dict], tol: float, tests: int | None = None) -> list[Row]:
     """The speed row of every method both trees measured; `tests`: how many speed tests the
     whole run makes (Bonferroni), these by default."""
