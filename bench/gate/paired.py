@@ -19,22 +19,12 @@ Per method and metric, over the n units all three measured:
            where A′ and A differ in forwards: k=auto, work_offset)
     fails when D < −t
 
-z spreads 5% of false alarms over all the run's tests (Bonferroni); |Ē| counts a difference between
-two processes of one tree as noise: a process offset (memory placement) is shared by every cell of
-the process, so the median of the methods' E estimates it (with fewer than 3 methods, each row's own
-|E|); a speedup, a ratio of two cells of one process, has none. A cell whose work differs between
-two processes of one tree (k=auto decides from each process's own timings) has an offset of its own,
-which one A′ shows only as one draw, and B's process is one more: W, the larger of their differences
-in target forwards from A, counts it free of timing noise (a B that changes a fixed-k cell's
-forwards is a change, not noise: W = 0 there). In gate runs on the 2-core Xeon model 207 the learned
-drafters' k=auto cells' forwards differed by up to 18% between two processes of one tree (draft,
-eagle, eagle3, medusa), the n-gram ones by 0–5%, the fixed-k ones not at all: such a row is reported
-underpowered, not judged. A row's own E is mostly its units' noise: in a gate run on a quiet 2-core
-Xeon (family 6 model 207) the ten tokens/s rows' E spread over −2.6…+6.7% around a median of +0.4%,
-and adding each row's own |E| to its threshold left 16 of the 24 speed rows underpowered (ar's
-tokens/s: power 57% at −15%). The floor puts the threshold halfway to the slowdown the gate must
-catch (tol) when the noise is small. power = Φ((−log(1 − tol) − t) / SE) is printed, and a row below
-90% says "underpowered" instead of passing silently.
+z spreads 5% of false alarms over all the run's tests (Bonferroni). |Ē| counts a process offset
+(shared by every cell of a process) as noise; a speedup, a ratio within one process, has none. W
+counts a cell's own work offset (k=auto decides from each process's timings), free of timing noise;
+a B that changes a fixed-k cell's forwards is a change (W = 0). The floor puts t halfway to tol when
+the noise is small; power = Φ((−log(1 − tol) − t) / SE) is printed, below 90% the row says
+"underpowered". What was measured for each choice: docs/gate.md.
 
 `simulate` gives the rates from the run's own units: a simulated gate run draws its B-against-A
 units and its A′-against-A units independently, with replacement, from the measured A′-against-A
@@ -62,19 +52,14 @@ def z_for(tests: int) -> float:
 
 def threshold(e: np.ndarray, z: float, tol: float, shared: float | None = None,
               work: float = 0.0):  # fmt: skip
-    """(t, SE) of the rule above from the A′-against-A log ratios e; `shared`: Ē, the run's
-    process offset (None: this row's own E); `work`: W, the cell's own offset in work between
-    two processes of one tree (the larger of |Ē| and W counts)."""
+    """(t, SE) of the rule above from the A′/A log ratios e, Ē (`shared`; None: the row's E), W."""
     se = float(e.std(ddof=1) / math.sqrt(len(e)))
     offset = abs(float(e.mean())) if shared is None else abs(shared)
     return max(z * se + max(offset, abs(work)), -math.log(1 - tol) / 2), se
 
 
 def work_offset(trees: dict[str, dict], method: str) -> tuple[float, float]:
-    """(W′, W_B) = log(Σ forwards at A′, at B ÷ Σ forwards at A) over the units all three ran.
-    W′ = 0 where two processes of one tree do the same work (fixed k); where they do not (k=auto
-    decides from each process's own timings), B's process is one more draw of that spread, and
-    max(|W′|, |W_B|) counts. Forwards, not seconds: free of timing noise."""
+    """(W′, W_B) = log(Σ forwards at A′, at B ÷ Σ forwards at A) over the units all three ran."""
     t = {k: trees[k].get(method, {}) for k in ("A", "A′", "B")}
     units = t["A"].keys() & t["A′"].keys() & t["B"].keys()
     f = {k: sum(x[u].get("forwards") or 0 for u in units) for k, x in t.items()}
@@ -166,10 +151,8 @@ def check(trees: dict[str, dict], method: str, metric: str, tol: float, tests: i
 
 
 def machine_row(trees: dict[str, dict], tol: float, tests: int) -> Row | None:
-    """The machine-wide tokens/s row: every method slower alike (an engine, a shared path, the
-    self-test's planted slowdown). D_all = median over methods of D (tokens/s), judged as a row
-    above with SE = √(π / 2M) · sd_m(E) (a median of M rows' means) and the process offset Ē;
-    None below 3 methods. Where single rows are too noisy to judge, the median of all is not."""
+    """Every method slower alike: the median of the M methods' tokens/s D, SE = √(π/2M)·sd(E),
+    judged as a row with the offset Ē (None below 3 methods)."""
     x = {k: speeds(trees[k], "tokens_per_s") for k in ("A", "B", "A′")}
     ds, es = [], []
     for m in x["B"]:

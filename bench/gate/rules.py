@@ -99,21 +99,15 @@ def noise_sd(ar_units: dict[str, dict]) -> float:
 def repeat_noise(units: dict[str, dict]) -> np.ndarray:
     """Single-run noise draws on a unit's log pair ratio: the difference of its first two
     recorded repeats ÷ √2, with both signs (empty where no unit has two)."""
-    d = np.array(
-        [
-            (u["repeats"][0] - u["repeats"][1]) / math.sqrt(2)
-            for u in units.values()
-            if len(u.get("repeats", ())) >= 2
-        ]  # fmt: skip
-    )
+    rs = [u["repeats"] for u in units.values() if len(u.get("repeats", ())) >= 2]
+    d = np.array([(r[0] - r[1]) / math.sqrt(2) for r in rs])
     return np.concatenate([d, -d])
 
 
 def method_noise(ar: tuple[float, float], units: dict[str, dict]) -> tuple[float, float]:
-    """(s_now, s_baseline) for one method: the ar cells' spreads, or the method's own recorded
-    run-to-run noise where that is larger (a method noisier than ar, its verify rounds few and
-    short: judged at ar's noise it would fail an unchanged tree too often). The baseline's unit
-    is the mean of its R repeats, a run's unit one pair."""
+    """(s_now, s_baseline): the ar cells' spreads, or the method's own recorded noise where larger
+    (judged at ar's, a noisier method fails an unchanged tree too often); the baseline's unit is
+    the mean of R repeats, a run's one pair."""
     own = repeat_noise(units)
     if not len(own):
         return ar
