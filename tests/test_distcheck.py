@@ -20,10 +20,11 @@ from conftest import compose
 from helpers import make_ctx, method, prompts
 
 from bench.decode.loop import generate
-from bench.run.distcheck import END, bonferroni, two_sample_pvalue
+from bench.run.distcheck import END
 from bench.run.runner import execute
 from groundfloor.clock import Clock
 from groundfloor.sampling import SamplingParams
+from groundfloor.stats import bonferroni, two_sample_pvalue
 from methods.base import Method
 from methods.ngram import NGram
 

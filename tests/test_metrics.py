@@ -7,7 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from bench.outputs.metrics import bootstrap_ratio, summarize
+from bench.outputs.metrics import summarize
+from groundfloor.stats import bootstrap_ratio
 
 
 def rec(

@@ -22,34 +22,12 @@ import pandas as pd
 from bench.decode.turn import step_rounds
 from bench.outputs import acceptance
 from bench.outputs.answers import answer_turns
+from groundfloor.stats import bootstrap_median, bootstrap_ratio, wilson
 
 KEYS = ["task", "category", "method", "k", "temperature", "device", "engine", "weights", "dtype"]
 KEYS += ["batch"]  # conversations decoded together
 KEYS += ["kv_dtype"]  # the KV cache's dtype (model.kv_dtype, resolved)
 UNIT = ["task", "prompt_id", "turn"]
-
-
-def bootstrap_ratio(num_m, den_m, num_b, den_b, n_boot=2000, seed=0) -> tuple[float, float]:
-    """95% percentile interval of (Σnum_m/Σden_m) ÷ (Σnum_b/Σden_b), resampling units."""
-    num_m, den_m, num_b, den_b = map(np.asarray, (num_m, den_m, num_b, den_b))
-    n = len(num_m)
-    if n < 2:
-        r = (num_m.sum() / den_m.sum()) / (num_b.sum() / den_b.sum())
-        return float(r), float(r)
-    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
-    r = (num_m[idx].sum(1) / den_m[idx].sum(1)) / (num_b[idx].sum(1) / den_b[idx].sum(1))
-    lo, hi = np.percentile(r, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
-def bootstrap_median(x, n_boot=2000, seed=0) -> tuple[float, float]:
-    """95% percentile interval of the median of x, resampling its elements."""
-    x = np.asarray(x, dtype=float)
-    if len(x) < 2:
-        return float(x[0]), float(x[0])
-    idx = np.random.default_rng(seed).integers(0, len(x), size=(n_boot, len(x)))
-    lo, hi = np.percentile(np.median(x[idx], axis=1), [2.5, 97.5])
-    return float(lo), float(hi)
 
 
 def _quiet(df: pd.DataFrame) -> pd.Series:
@@ -355,18 +333,6 @@ def _taus(x: Scope):
 def _acceptance_rate(x: Scope):
     drafted = x.rep0.drafted_tokens.sum()
     return float(x.rep0.accepted_tokens.sum() / drafted) if drafted else None
-
-
-Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
-
-
-def wilson(accepted: float, n: float) -> tuple[float, float]:
-    """Wilson's 95% score interval of a binomial share accepted/n:
-    (p̂ + z²/2n ± z·√(p̂(1 − p̂)/n + z²/4n²)) ÷ (1 + z²/n)."""
-    p, z2 = accepted / n, Z95 * Z95
-    mid = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(mid - half, 0.0), min(mid + half, 1.0)
 
 
 @metric(

@@ -7,7 +7,7 @@ One JSON line per question:
 The baseline is named by the user; per method file, over the question ids both files hold:
     speedup = (Σ new tokens ÷ Σ wall time)_method ÷ (Σ new tokens ÷ Σ wall time)_baseline
               95% interval: percentile bootstrap over questions
-              (bench.outputs.metrics.bootstrap_ratio)
+              (groundfloor.stats.bootstrap_ratio)
     speedup_specbench = mean over questions of tokens/s, method over baseline (Spec-Bench's
               evaluation/speed.py, without its recount of the baseline's tokens from the text)
     τ_round = Σ accept lengths ÷ number of decoding steps (Spec-Bench's mean accepted tokens,
@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.outputs.metrics import COLUMNS, bootstrap_ratio
+from bench.outputs.metrics import COLUMNS
 from bench.report.runs import group_label
 from groundfloor.errors import UserError
+from groundfloor.stats import bootstrap_ratio
 from tasks.specbench import map_category
 
 

@@ -32,54 +32,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from scipy.stats import chi2_contingency
 
 from bench.decode.loop import generate
 from groundfloor.errors import UserError
 from groundfloor.prompting import encode
+from groundfloor.stats import bonferroni, two_sample_pvalue
 
 END = -1  # the "token" at positions after an EOS
-MIN_EXPECTED = 5.0
 # A task's p-value is reported only when the method drafted at least this many tokens per
 # continuation on average (drafting_floor; docs/sampling.md derives it from the test's power):
 # below it, most of the sampled tokens never went through the accept rule, and a large p-value
 # would read as evidence about a rule the check barely exercised.
 MIN_DRAFTED_PER_SAMPLE = 0.5
-
-
-def two_sample_pvalue(a: list, b: list) -> tuple[float, int]:
-    """Chi-square test that samples a and b come from one distribution → (p-value, bins used).
-
-    Categories are tokens or tuples of tokens. Expected count of category c on side i:
-    n_i · (a_c + b_c) / (n_a + n_b). Categories whose smaller expected count is < 5 share one
-    pooled bin (merged into the rarest kept category if the pool is itself too small). Fewer
-    than two bins: nothing to tell apart, p = 1.
-    """
-    ca, cb = Counter(a), Counter(b)
-    n_min, total = min(len(a), len(b)), len(a) + len(b)
-    if n_min == 0:
-        return 1.0, 0
-    cols = sorted(set(ca) | set(cb), key=lambda t: (-(ca[t] + cb[t]), t))
-    enough = [t for t in cols if (ca[t] + cb[t]) * n_min / total >= MIN_EXPECTED]
-    rows = [[ca[t] for t in enough], [cb[t] for t in enough]]
-    kept = set(enough)
-    rest = [t for t in cols if t not in kept]
-    if rest:
-        pa, pb = sum(ca[t] for t in rest), sum(cb[t] for t in rest)
-        if (pa + pb) * n_min / total >= MIN_EXPECTED or not enough:
-            rows[0].append(pa)
-            rows[1].append(pb)
-        else:  # pool too small on its own: fold it into the rarest kept bin
-            rows[0][-1] += pa
-            rows[1][-1] += pb
-    if len(rows[0]) < 2:
-        return 1.0, len(rows[0])
-    return float(chi2_contingency(rows, correction=False).pvalue), len(rows[0])
-
-
-def bonferroni(pvalues: list[float]) -> float:
-    """One p-value for "every test agrees": min(1, m · min_i p_i) over m tests."""
-    return min(1.0, len(pvalues) * min(pvalues)) if pvalues else 1.0
 
 
 class ForcedRejection:
