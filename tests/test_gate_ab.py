@@ -8,6 +8,7 @@ and fails where it must; an old worker or a commit without one is refused in one
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -20,8 +21,10 @@ import numpy as np
 import pytest
 import yaml
 
-from bench.gate import paired
+from bench.gate import confirm, paired
+from bench.gate.rules import Row
 from bench.gate.trios import Order
+from bench.gate.verdict import headline
 from groundfloor.paths import ROOT
 
 METHODS = ("ar", "ngram", "suffix", "eagle")
@@ -121,6 +124,39 @@ def test_every_method_slower_alike_fails_the_machine_wide_row_where_single_rows_
     assert row is not None and row.failed, row.rule
     assert not paired.machine_row(trees({}, noise=0.03, seed=4), 0.15, 8).failed
     assert paired.machine_row({k: {"ar": v["ar"]} for k, v in trees({}).items()}, 0.15, 2) is None
+
+
+def test_a_failed_speed_row_is_judged_again_and_a_failed_tokens_row_is_not():
+    rows = [
+        Row("eagle@b4", "speedup", 0.96, 0.8, "B/A -17.3% ≥ -11.2% (8 units)", "REGRESSION"),
+        Row("ngram", "tokens_per_s", 100.0, 80.0, "B/A -20.0% ≥ -7.8% (17 units)", "REGRESSION"),
+        Row("suffix", "tokens_per_s", 100.0, 99.0, "B/A -1.0% ≥ -7.8% (17 units)", "ok"),
+    ]
+    ready = {"cells": [{"name": c, "kind": k} for c, k in (
+        ("ar", "speed"), ("ngram", "speed"), ("suffix", "speed"), ("ngram@fixed", "fixed"),
+        ("ar@b4", "batch"), ("eagle@b4", "batch"))]}  # fmt: skip
+    # a speedup needs its ar at the same batch; the machine-wide row every speed cell
+    assert confirm.cells_to_confirm(rows, ready) == {"eagle@b4", "ar@b4", "ngram"}
+    every = Row("all", "tokens_per_s", None, 0.85, "median B/A", "REGRESSION")
+    assert confirm.cells_to_confirm([every], ready) == {"ar", "ngram", "suffix"}
+    # a failed tokens row fails the gate as it stands: nothing to confirm
+    tokens = Row("ngram", "tokens", 1.0, 0.9, "ids", "REGRESSION")
+    assert confirm.cells_to_confirm([*rows, tokens], ready) is None
+    assert confirm.cells_to_confirm(rows[2:], ready) is None
+    again = [
+        Row("eagle@b4", "speedup", 0.96, 0.95, "B/A -1.0% ≥ -11.0% (8 units)", "ok"),
+        Row("ngram", "tokens_per_s", 100.0, 81.0, "B/A -19.0% ≥ -7.8% (17 units)", "REGRESSION"),
+    ]
+    judged = {(r.method, r.metric): r for r in confirm.judge(rows, again)}
+    held = judged[("eagle@b4", "speedup")]
+    assert held.verdict == "unconfirmed" and not held.failed
+    assert held.rule.endswith("; fresh A and B: B/A -1.0% ≥ -11.0% ok"), held.rule
+    assert judged[("ngram", "tokens_per_s")].verdict == "REGRESSION"
+    assert judged[("suffix", "tokens_per_s")] == rows[2]
+    code, line = headline(confirm.judge(rows[:1], again), [])
+    assert (code, line) == (0, "PASS, but not confirmed in fresh processes: eagle@b4 speedup")
+    noisy = [dataclasses.replace(again[0], verdict="underpowered")]
+    assert confirm.judge(rows[:1], noisy)[0].verdict == "underpowered"
 
 
 def test_noise_widens_the_threshold_and_power_is_reported():
@@ -284,13 +320,36 @@ def test_the_planted_slowdown_fails_every_tokens_per_s_row(recorded, tmp_path):
     assert slow.returncode == 1, slow.stdout[-3000:] + slow.stderr[-3000:]
     assert slow.stdout.splitlines()[0].startswith("FAIL: regression in ar, ar@b2, ngram, ngram@b2")
     (verdict,) = tmp_path.glob("*/verdict.json")
-    rows = rows_of(json.loads(verdict.read_text()))
+    doc = json.loads(verdict.read_text())
+    rows = rows_of(doc)
     tps = {m for (m, metric), r in rows.items() if metric == "tokens_per_s"}
     assert tps == {"ar", "ngram", "ar@b2", "ngram@b2"}
     assert all(rows[m, "tokens_per_s"]["verdict"] == "REGRESSION" for m in tps)
     # the same ids: only the speed failed; every method alike, so the speedups hold
     assert rows[("ngram", "tokens")]["verdict"] == "ok"
     assert rows[("ngram", "speedup")]["verdict"] in ("ok", "better")
+    # a fresh A and B measured the failed rows again: the planted B is slower there too
+    assert "fresh A and B: B/A -9" in rows[("ar", "tokens_per_s")]["rule"]
+    assert any(n.startswith("confirmation: 4 cells measured again") for n in doc["notes"])
+
+
+@pytest.mark.slow
+def test_one_slow_b_process_is_not_a_regression(recorded, tmp_path):
+    """Only the first B process planted (an unlucky process, not a slower tree): every tokens/s
+    row fails the first pass, holds in the fresh pair, and the gate passes naming them (speed
+    rows only, for time: the recorded experiment without its batch and T = 1 rows)."""
+    repo, _ = recorded
+    exp = yaml.safe_load((repo / EXP).read_text())
+    lean = tmp_path / "lean.yaml"
+    base = (repo / "conf/experiment/tiny_baseline.json").resolve()
+    lean.write_text(yaml.safe_dump({**exp, "rows": {}, "baseline": str(base)}))
+    args = ("--plant-slowdown", "20", "--plant-once", "--json", str(tmp_path / "v.json"))
+    got = gate(repo, "--experiment", str(lean), *args)
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+    doc = json.loads((tmp_path / "v.json").read_text())
+    assert doc["line"].startswith("PASS, but not confirmed in fresh processes: ar tokens_per_s")
+    assert set(doc["unconfirmed"]) == {"ar tokens_per_s", "ngram tokens_per_s"}
+    assert any(n.startswith("planted in the first B process only") for n in doc["notes"])
 
 
 @pytest.mark.slow

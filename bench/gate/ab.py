@@ -17,7 +17,9 @@ baseline has no entry for), a few methods at batch=B (trios of batch runs), a ch
 method's seeded T = 1 check on B. The order of trees rotates so that drift cancels and no tree runs
 twice in a row (bench/gate/trios.py). A speed row that is underpowered after the pass is topped up:
 its units measured again by the three trees, within `topup_s` seconds, repeats averaged into the
-unit. Rows: bench/gate/abrows.py; verdict line and JSON: bench/gate/verdict.py.
+unit. Where the only failed rows are speed rows, their cells are measured again by a fresh A
+and a fresh B (bench/gate/confirm.py): a row fails only where it fails there too. Rows:
+bench/gate/abrows.py; verdict line and JSON: bench/gate/verdict.py.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.gate import abrows, paired
+from bench.gate import abrows, confirm, paired
 from bench.gate.cells import rows_of
 from bench.gate.experiment import load_experiment
 from bench.gate.rules import Tolerances, env_problems
@@ -199,7 +201,8 @@ def start(stack, trees: dict[str, Path], experiment: dict[str, Path], extra, log
 
 
 def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: float = 0.0,
-            self_test: bool = False, json_path: Path | None = None) -> int:  # fmt: skip
+            self_test: bool = False, json_path: Path | None = None,
+            plant_once: bool = False) -> int:  # fmt: skip
     commit = base.get("commit")
     if not commit:
         raise UserError(
@@ -240,6 +243,10 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
 
         budget = float(exp.get("topup_s", TOPUP_S))
         rows, topup_s = top_up(m, measured, prompts, single, batch, ready["B"], budget)
+        again = Again(stack, trees, exp_a, extra, logs, 0.0 if plant_once else plant)
+        rows, confirmed = again.judge(rows, workers, prompts, len(ready["B"]["groups"]),
+                                      lambda r, got: abrows.Measured(r, got, entry, same_kind, tol),
+                                      budget)  # fmt: skip
     took = time.perf_counter() - began
     got = collapse(m.got)
     if out:
@@ -251,7 +258,8 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
             f"the committed ids were recorded on {', '.join(base['machines'])}: units whose ar "
             "stream differs here are left out of the tokens check (tokens_vs_A checks them all)"
         )
-    notes += measuring_notes(m.counts, topup_s, budget, ready["A"]["skipped"], plant)
+    notes += measuring_notes(m.counts, topup_s, budget, ready["A"]["skipped"], plant) + confirmed
+    notes += ["planted in the first B process only: the fresh B runs unplanted"] * plant_once
     order = {c["name"]: i for i, c in enumerate(ready["B"]["cells"] + ready["A"]["cells"])}
     rows.sort(key=lambda r: order.get(r.method, order.get(r.method.split("@")[0], -1)))
     code, line = headline(rows, blocking)
@@ -284,6 +292,42 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
     for path in [p for p in (json_path, out / "verdict.json" if out else None) if p]:
         write_json(path, doc, rows)
     return code
+
+
+class Again:
+    """The confirmation of failed speed rows by a fresh A and B (bench/gate/confirm.py)."""
+
+    def __init__(self, stack, trees: dict, experiment: Path, extra, logs: Path, plant: float):
+        self.stack, self.trees, self.experiment = stack, trees, experiment
+        self.extra, self.logs, self.plant = extra, logs, plant
+
+    def fresh(self, k: str) -> Worker:
+        log = self.logs / f"worker-{k}-fresh.log"
+        plant = self.plant if k == "B" else 0.0
+        w = Worker(f"fresh {k}", self.trees[k], self.experiment, self.extra, log, "speed,batch",
+                   plant)  # fmt: skip
+        self.stack.callback(w.close)
+        print(f"worker {k} (fresh, to confirm): {w.ready['env'].get('git_sha')} ready",
+              file=sys.stderr)  # fmt: skip
+        return w
+
+    def judge(self, rows, workers: dict, prompts, groups: int, measured, budget: float):
+        """(rows with each failed speed row judged again, the confirmation's notes)."""
+        cells = confirm.cells_to_confirm(rows, workers["B"].ready)
+        if not cells:
+            return rows, []
+        began = time.perf_counter()
+        fresh = {"A": self.fresh("A"), "B": self.fresh("B"), "A′": workers["A′"]}
+        ready = {k: confirm.only(w.ready, cells) for k, w in fresh.items()}
+        kinds = {k: {c["name"]: c["kind"] for c in r["cells"]} for k, r in ready.items()}
+        m = Measurer(fresh, kinds, ("B",))
+        single = [c for c, kind in kinds["B"].items() if kind == "speed"]
+        batch = [c for c, kind in kinds["B"].items() if kind == "batch"]
+        m.run(prompts, single, groups, batch)
+        again, _ = top_up(m, lambda: measured(ready, collapse(m.got)), prompts, single, batch,
+                          ready["B"], budget)  # fmt: skip
+        judged = confirm.judge(rows, again)
+        return judged, confirm.notes(cells, judged, time.perf_counter() - began)
 
 
 def top_up(m, measured, prompts, single, batch, ready_b: dict, budget: float):

@@ -70,7 +70,8 @@ class Row:
     baseline: float | None
     now: float | None
     rule: str
-    verdict: str  # ok | better | REGRESSION | FAIL | missing | new | underpowered | not gated
+    verdict: str  # ok | better | REGRESSION | FAIL | missing | new | underpowered | unconfirmed
+    # | not gated
 
     @property
     def failed(self) -> bool:

@@ -4,6 +4,8 @@ a drop.
     python -m bench.gate                     # make gate: the recorded commit beside this tree (A/B)
     python -m bench.gate --quick             # make gate-quick: vs this CPU kind's recorded entry
     python -m bench.gate --plant-slowdown 0.15   # self-test: every B turn 15% slower must fail
+    python -m bench.gate --plant-slowdown 0.15 --plant-once   # only the first B process slower:
+                                             # the confirmation's fresh B clears it (exit 0)
     python -m bench.gate --self              # A against itself (B: a second checkout of A)
     python -m bench.gate --json v.json       # also write the verdict as JSON (and under --out)
     python -m bench.gate --update            # re-measure, rewrite the baseline (commit on purpose)
@@ -190,6 +192,7 @@ def gate(
     plant: float = 0.0,
     self_test: bool = False,
     json_path: Path | None = None,
+    plant_once: bool = False,
 ) -> int:
     exp = load_experiment(exp_path)
     bpath = baseline_path or exp["baseline_path"]
@@ -215,7 +218,7 @@ def gate(
         code = gate_quick(exp, base, extra, out, json_path)
     else:
         where = Path(out) / stamp() if out else None
-        code = gate_ab(exp, base, extra, where, plant, self_test, json_path)
+        code = gate_ab(exp, base, extra, where, plant, self_test, json_path, plant_once)
     for n in notes:
         print(f"note: {n}")
     return code
@@ -353,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
         "clock (0.15: 15%%; every tokens/s row must fail)",
     )
     ap.add_argument(
+        "--plant-once",
+        action="store_true",
+        help="with --plant-slowdown: only the first B process is slower, as one unlucky process "
+        "would be (the confirmation's fresh B is not: the gate must pass, naming the rows)",
+    )
+    ap.add_argument(
         "--self",
         dest="self_test",
         action="store_true",
@@ -366,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
             "slower)",
             file=sys.stderr,
         )
+        return 2
+    if args.plant_once and not args.plant_slowdown:
+        print("error: --plant-once needs --plant-slowdown F (F > 0)", file=sys.stderr)
         return 2
     if args.quick and (args.plant_slowdown or args.self_test):
         print("error: --plant-slowdown and --self are A/B options; drop --quick", file=sys.stderr)
@@ -381,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             args.plant_slowdown,
             args.self_test,
             args.json,
+            args.plant_once,
         )
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -3,11 +3,13 @@
     FAIL: the two trees did not run the same thing (...)           exit 1
     FAIL: regression in M, ... [; underpowered: ...]               exit 1
     PASS, but underpowered (too noisy to judge after top-up): ...  exit 0
+    PASS, but not confirmed in fresh processes: ...                exit 0
     PASS                                                           exit 0
 
 The JSON (`--json PATH`, and verdict.json under --out) holds the line, the exit status, every
-row, the underpowered rows by name ("method metric") and the notes; .ci/run reads
-`underpowered` for its warning line.
+row, the underpowered and the unconfirmed rows by name ("method metric": a speed row that failed
+and held when measured again in fresh processes, bench/gate/confirm.py) and the notes; .ci/run
+reads both for its warning lines.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from bench.gate import paired
 from bench.gate.rules import Row
 
 
-def underpowered(rows: list[Row]) -> list[str]:
-    return [f"{r.method} {r.metric}" for r in rows if r.verdict == "underpowered"]
+def underpowered(rows: list[Row], verdict: str = "underpowered") -> list[str]:
+    return [f"{r.method} {r.metric}" for r in rows if r.verdict == verdict]
 
 
 def headline(
@@ -36,9 +38,10 @@ def headline(
     if failed:
         tail = f"; underpowered: {', '.join(weak)}" if weak else ""
         return 1, f"FAIL: regression in {', '.join(failed)}{tail}"
-    if weak:
-        return 0, f"PASS, but underpowered ({weak_why}): {', '.join(weak)}"
-    return 0, "PASS"
+    held = underpowered(rows, "unconfirmed")
+    said = [f"underpowered ({weak_why}): {', '.join(weak)}"] if weak else []
+    said += [f"not confirmed in fresh processes: {', '.join(held)}"] if held else []
+    return 0, "PASS, but " + "; ".join(said) if said else "PASS"
 
 
 def simulated_line(trees: dict, tol: float) -> str | None:
@@ -60,6 +63,7 @@ def write_json(path: Path, doc: dict, rows: list[Row]) -> None:
         **doc,
         "verdict": doc["line"].split(":")[0].split(",")[0],
         "underpowered": underpowered(rows),
+        "unconfirmed": underpowered(rows, "unconfirmed"),
         "failed": sorted({r.method for r in rows if r.failed}),
         "rows": [asdict(r) for r in rows],
     }
