@@ -150,13 +150,14 @@ def test_a_failed_speed_row_is_judged_again_and_a_failed_tokens_row_is_not():
     judged = {(r.method, r.metric): r for r in confirm.judge(rows, again)}
     held = judged[("eagle@b4", "speedup")]
     assert held.verdict == "unconfirmed" and not held.failed
-    assert held.rule.endswith("; fresh A and B: B/A -1.0% ≥ -11.0% ok"), held.rule
+    assert held.rule.endswith("; fresh trio: B/A -1.0% ≥ -11.0% ok"), held.rule
     assert judged[("ngram", "tokens_per_s")].verdict == "REGRESSION"
     assert judged[("suffix", "tokens_per_s")] == rows[2]
     code, line = headline(confirm.judge(rows[:1], again), [])
     assert (code, line) == (0, "PASS, but not confirmed in fresh processes: eagle@b4 speedup")
+    # a fresh trio too noisy to judge does not clear a failure
     noisy = [dataclasses.replace(again[0], verdict="underpowered")]
-    assert confirm.judge(rows[:1], noisy)[0].verdict == "underpowered"
+    assert confirm.judge(rows[:1], noisy)[0].verdict == "REGRESSION"
 
 
 def test_noise_widens_the_threshold_and_power_is_reported():
@@ -328,8 +329,8 @@ def test_the_planted_slowdown_fails_every_tokens_per_s_row(recorded, tmp_path):
     # the same ids: only the speed failed; every method alike, so the speedups hold
     assert rows[("ngram", "tokens")]["verdict"] == "ok"
     assert rows[("ngram", "speedup")]["verdict"] in ("ok", "better")
-    # a fresh A and B measured the failed rows again: the planted B is slower there too
-    assert "fresh A and B: B/A -9" in rows[("ar", "tokens_per_s")]["rule"]
+    # a fresh trio measured the failed rows again: the planted B is slower there too
+    assert "fresh trio: B/A -9" in rows[("ar", "tokens_per_s")]["rule"]
     assert any(n.startswith("confirmation: 4 cells measured again") for n in doc["notes"])
 
 

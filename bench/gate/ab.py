@@ -17,8 +17,8 @@ baseline has no entry for), a few methods at batch=B (trios of batch runs), a ch
 method's seeded T = 1 check on B. The order of trees rotates so that drift cancels and no tree runs
 twice in a row (bench/gate/trios.py). A speed row that is underpowered after the pass is topped up:
 its units measured again by the three trees, within `topup_s` seconds, repeats averaged into the
-unit. Where the only failed rows are speed rows, their cells are measured again by a fresh A
-and a fresh B (bench/gate/confirm.py): a row fails only where it fails there too. Rows:
+unit. Where the only failed rows are speed rows, their cells are measured again by fresh workers
+of the three trees (bench/gate/confirm.py): a row passes only where the fresh trio clears it. Rows:
 bench/gate/abrows.py; verdict line and JSON: bench/gate/verdict.py.
 """
 
@@ -250,7 +250,9 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
     took = time.perf_counter() - began
     got = collapse(m.got)
     if out:
-        (out / "figures.json").write_text(json.dumps({"ready": ready, "figures": got}) + "\n")
+        fresh = {"ready": again.ready, "figures": again.got}
+        doc = {"ready": ready, "figures": got, "confirmation": fresh}
+        (out / "figures.json").write_text(json.dumps(doc) + "\n")
     blocking, notes = env_problems(ready["A"]["env"], ready["B"]["env"])
     notes += [f"B's own experiment differs (the recorded one judged both): {d}" for d in diffs]
     if not same_kind:
@@ -295,14 +297,16 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
 
 
 class Again:
-    """The confirmation of failed speed rows by a fresh A and B (bench/gate/confirm.py)."""
+    """The confirmation of failed speed rows by a fresh trio (bench/gate/confirm.py)."""
 
     def __init__(self, stack, trees: dict, experiment: Path, extra, logs: Path, plant: float):
         self.stack, self.trees, self.experiment = stack, trees, experiment
         self.extra, self.logs, self.plant = extra, logs, plant
+        self.ready: dict = {}
+        self.got: dict = {}
 
     def fresh(self, k: str) -> Worker:
-        log = self.logs / f"worker-{k}-fresh.log"
+        log = self.logs / f"worker-{'A2' if k == 'A′' else k}-fresh.log"
         plant = self.plant if k == "B" else 0.0
         w = Worker(f"fresh {k}", self.trees[k], self.experiment, self.extra, log, "speed,batch",
                    plant)  # fmt: skip
@@ -317,7 +321,9 @@ class Again:
         if not cells:
             return rows, []
         began = time.perf_counter()
-        fresh = {"A": self.fresh("A"), "B": self.fresh("B"), "A′": workers["A′"]}
+        for w in workers.values():
+            w.close()  # the first trio's processes: done
+        fresh = {k: self.fresh(k) for k in TREES}
         ready = {k: confirm.only(w.ready, cells) for k, w in fresh.items()}
         kinds = {k: {c["name"]: c["kind"] for c in r["cells"]} for k, r in ready.items()}
         m = Measurer(fresh, kinds, ("B",))
@@ -326,6 +332,7 @@ class Again:
         m.run(prompts, single, groups, batch)
         again, _ = top_up(m, lambda: measured(ready, collapse(m.got)), prompts, single, batch,
                           ready["B"], budget)  # fmt: skip
+        self.ready, self.got = ready, collapse(m.got)
         judged = confirm.judge(rows, again)
         return judged, confirm.notes(cells, judged, time.perf_counter() - began)
 
