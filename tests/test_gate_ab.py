@@ -135,8 +135,8 @@ def test_a_failed_speed_row_is_judged_again_and_a_failed_tokens_row_is_not():
     ready = {"cells": [{"name": c, "kind": k} for c, k in (
         ("ar", "speed"), ("ngram", "speed"), ("suffix", "speed"), ("ngram@fixed", "fixed"),
         ("ar@b4", "batch"), ("eagle@b4", "batch"))]}  # fmt: skip
-    # a speedup needs its ar at the same batch; the machine-wide row every speed cell
-    assert confirm.cells_to_confirm(rows, ready) == {"eagle@b4", "ar@b4", "ngram"}
+    # each with its ar at the same batch (its speedup row); the machine-wide row every speed cell
+    assert confirm.cells_to_confirm(rows, ready) == {"eagle@b4", "ar@b4", "ngram", "ar"}
     every = Row("all", "tokens_per_s", None, 0.85, "median B/A", "REGRESSION")
     assert confirm.cells_to_confirm([every], ready) == {"ar", "ngram", "suffix"}
     # a failed tokens row fails the gate as it stands: nothing to confirm

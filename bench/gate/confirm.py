@@ -8,8 +8,8 @@ methods equal the recorded commit's). One A′ is one draw of that spread. A slo
 in every process of it; an unlucky process is not. So when the only failed rows are speed rows
 (tokens/s, speedup, the machine-wide row), the gate closes its workers, starts a fresh A, B and
 A′ and measures those rows' cells again in trios: every speed cell where the machine-wide row
-failed, else the failed cells and, for a speedup, the ar at the same batch; topped up like the
-first pass. A failed row is cleared only where the fresh trio judges it, powered, within its
+failed, else the failed cells and the ar at the same batch (their speedup rows); topped up like
+the first pass. A failed row is cleared only where the fresh trio judges it, powered, within its
 threshold ("unconfirmed": reported, named in the verdict's line, exit 0); where the fresh trio
 fails it again or is too noisy to judge, it stays a REGRESSION (the planted 15% slowdown read
 −0.1% for ar in one fresh pair whose A was the slow process: a fresh trio that cannot judge must
@@ -35,10 +35,8 @@ def cells_to_confirm(rows: list[Row], ready_b: dict) -> set[str] | None:
         if r.method == "all":
             out |= {c for c, k in kinds.items() if k == "speed"}
             continue
-        out.add(r.method)
-        if r.metric == "speedup":
-            batch = r.method.partition("@")[2]
-            out.add(f"ar@{batch}" if batch else "ar")
+        batch = r.method.partition("@")[2]
+        out |= {r.method, f"ar@{batch}" if batch else "ar"}  # ar: the cell's speedup row
     return {c for c in out if c in kinds}
 
 

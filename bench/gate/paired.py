@@ -129,11 +129,11 @@ def check(trees: dict[str, dict], method: str, metric: str, tol: float, tests: i
     """One speed row of B against A, its threshold from A′ against A (shared: Ē)."""
     x = {k: speeds(trees[k], metric)[method] for k in ("A", "B", "A′")}
     units = noise_units(trees, method, metric)
-    a, b = (math.exp(np.mean(np.log([x[k][u] for u in units]))) for k in ("A", "B"))
     if len(units) < 2:
         return Row(
             method, metric, None, None, f"{len(units)} common units: not compared", "REGRESSION"
         )
+    a, b = (math.exp(np.mean(np.log([x[k][u] for u in units]))) for k in ("A", "B"))
     d = log_ratios(x["B"], x["A"], units).mean()
     e = log_ratios(x["A′"], x["A"], units)
     work = work_offset(trees, method)
