@@ -55,7 +55,17 @@ def threshold(e: np.ndarray, z: float, tol: float, shared: float | None = None,
     """(t, SE) of the rule above from the A′/A log ratios e, Ē (`shared`; None: the row's E), W."""
     se = float(e.std(ddof=1) / math.sqrt(len(e)))
     offset = abs(float(e.mean())) if shared is None else abs(shared)
-    return max(z * se + max(offset, abs(work)), -math.log(1 - tol) / 2), se
+    return bound(z, se, max(offset, abs(work)), tol), se
+
+
+def bound(z: float, se: float, offset: float, tol: float) -> float:
+    """t = max(z·SE + offset, −log(1 − tol)/2): the floor halfway to the slowdown to catch."""
+    return max(z * se + offset, -math.log(1 - tol) / 2)
+
+
+def judged(d: float, t: float, p: float) -> str:
+    """A speed row's verdict from its D, threshold t and power p."""
+    return "REGRESSION" if d < -t else "underpowered" if p < 0.9 else "better" if d > t else "ok"
 
 
 def work_offset(trees: dict[str, dict], method: str) -> tuple[float, float]:
@@ -146,8 +156,7 @@ def check(trees: dict[str, dict], method: str, metric: str, tol: float, tests: i
         f"B/A {math.exp(d) - 1:+.1%} ≥ {math.exp(-t) - 1:.1%} ({len(units)} units; A′/A "
         f"{math.exp(e.mean()) - 1:+.1%}{offset}, SE {se:.3f}; power {p:.0%} at −{tol:.0%})"
     )
-    verdict = "REGRESSION" if d < -t else "underpowered" if p < 0.9 else "better" if d > t else "ok"
-    return Row(method, metric, a, b, rule, verdict)
+    return Row(method, metric, a, b, rule, judged(d, t, p))
 
 
 def machine_row(trees: dict[str, dict], tol: float, tests: int) -> Row | None:
@@ -164,14 +173,13 @@ def machine_row(trees: dict[str, dict], tol: float, tests: int) -> Row | None:
         return None
     d, shared = float(np.median(ds)), float(np.median(es))
     se = math.sqrt(math.pi / (2 * len(es))) * float(np.std(es, ddof=1))
-    t = max(z_for(tests) * se + abs(shared), -math.log(1 - tol) / 2)
+    t = bound(z_for(tests), se, abs(shared), tol)
     p = power(t, se, tol)
     rule = (
         f"median B/A of {len(ds)} methods {math.exp(d) - 1:+.1%} ≥ {math.exp(-t) - 1:.1%} "
         f"(A′/A {math.exp(shared) - 1:+.1%}, SE {se:.3f}; power {p:.0%} at −{tol:.0%})"
     )
-    verdict = "REGRESSION" if d < -t else "underpowered" if p < 0.9 else "better" if d > t else "ok"
-    return Row("all", "tokens_per_s", None, math.exp(d), rule, verdict)
+    return Row("all", "tokens_per_s", None, math.exp(d), rule, judged(d, t, p))
 
 
 def checks(trees: dict[str, dict], tol: float, tests: int | None = None) -> list[Row]:
