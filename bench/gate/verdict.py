@@ -23,7 +23,8 @@ from bench.gate import paired
 from bench.gate.rules import Row
 
 
-def underpowered(rows: list[Row], verdict: str = "underpowered") -> list[str]:
+def named(rows: list[Row], verdict: str) -> list[str]:
+    """The rows with this verdict, by name ("method metric")."""
     return [f"{r.method} {r.metric}" for r in rows if r.verdict == verdict]
 
 
@@ -31,14 +32,14 @@ def headline(
     rows: list[Row], blocking: list[str], weak_why: str = "too noisy to judge after top-up"
 ) -> tuple[int, str]:
     """(exit status, the verdict's line)."""
-    weak = underpowered(rows)
+    weak = named(rows, "underpowered")
     failed = sorted({r.method for r in rows if r.failed})
     if blocking:
         return 1, "FAIL: the two trees did not run the same thing (" + "; ".join(blocking) + ")"
     if failed:
         tail = f"; underpowered: {', '.join(weak)}" if weak else ""
         return 1, f"FAIL: regression in {', '.join(failed)}{tail}"
-    held = underpowered(rows, "unconfirmed")
+    held = named(rows, "unconfirmed")
     said = [f"underpowered ({weak_why}): {', '.join(weak)}"] if weak else []
     said += [f"not confirmed in fresh processes: {', '.join(held)}"] if held else []
     return 0, "PASS, but " + "; ".join(said) if said else "PASS"
@@ -62,8 +63,8 @@ def write_json(path: Path, doc: dict, rows: list[Row]) -> None:
     full = {
         **doc,
         "verdict": doc["line"].split(":")[0].split(",")[0],
-        "underpowered": underpowered(rows),
-        "unconfirmed": underpowered(rows, "unconfirmed"),
+        "underpowered": named(rows, "underpowered"),
+        "unconfirmed": named(rows, "unconfirmed"),
         "failed": sorted({r.method for r in rows if r.failed}),
         "rows": [asdict(r) for r in rows],
     }
