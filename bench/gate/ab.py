@@ -32,12 +32,13 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 
 import yaml
 
 from bench.gate import abrows, confirm, paired
-from bench.gate.cells import rows_of
+from bench.gate.cells import ar_cell, rows_of
 from bench.gate.experiment import load_experiment
 from bench.gate.rules import Tolerances, env_problems
 from bench.gate.table import print_table
@@ -188,15 +189,17 @@ def differences(recorded: Path, own: Path) -> list[str]:
     return out
 
 
-def start(stack, trees: dict[str, Path], experiment: dict[str, Path], extra, logs, plant):
+def start(stack, trees: dict[str, Path], experiment: Path, extra, logs, plant, fresh=False):
+    """The three trees' workers (fresh: the confirmation's, speed and batch cells only)."""
     workers = {}
     for k in TREES:
-        log = logs / f"worker-{'A2' if k == 'A′' else k}.log"
-        kinds = "speed,batch" if k == "A′" else "speed,fixed,batch,dist"
-        w = Worker(k, trees[k], experiment[k], extra, log, kinds, plant if k == "B" else 0.0)
+        log = logs / f"worker-{'A2' if k == 'A′' else k}{'-fresh' if fresh else ''}.log"
+        kinds = "speed,batch" if k == "A′" or fresh else "speed,fixed,batch,dist"
+        name = f"fresh {k}" if fresh else k
+        w = Worker(name, trees[k], experiment, extra, log, kinds, plant if k == "B" else 0.0)
         workers[k] = w
         stack.callback(w.close)
-        print(f"worker {k}: {w.ready['env'].get('git_sha')} ready", file=sys.stderr)
+        print(f"worker {name}: {w.ready['env'].get('git_sha')} ready", file=sys.stderr)
     return workers
 
 
@@ -221,7 +224,7 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
         tol = Tolerances.from_dict(exp)
         diffs = differences(exp_a, in_tree(own["path"], tree_b))
         trees = {"A": tree_a, "B": tree_b, "A′": tree_a}
-        workers = start(stack, trees, dict.fromkeys(TREES, exp_a), extra, logs, plant)
+        workers = start(stack, trees, exp_a, extra, logs, plant)
         ready = {k: w.ready for k, w in workers.items()}
         kinds = {k: {c["name"]: c["kind"] for c in r["cells"]} for k, r in ready.items()}
         kind = ready["B"]["env"].get("cpu_kind")
@@ -243,14 +246,15 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
 
         budget = float(exp.get("topup_s", TOPUP_S))
         rows, topup_s = top_up(m, measured, prompts, single, batch, ready["B"], budget)
-        again = Again(stack, trees, exp_a, extra, logs, 0.0 if plant_once else plant)
-        rows, confirmed = again.judge(rows, workers, prompts, len(ready["B"]["groups"]),
-                                      lambda r, got: abrows.Measured(r, got, entry, same_kind, tol),
-                                      budget)  # fmt: skip
+        restart = partial(start, stack, trees, exp_a, extra, logs, 0.0 if plant_once else plant,
+                          fresh=True)  # fmt: skip
+        rows, confirmed, fresh = confirmation(
+            rows, workers, restart, prompts, len(ready["B"]["groups"]),
+            lambda r, got: abrows.Measured(r, got, entry, same_kind, tol), budget,
+        )  # fmt: skip
     took = time.perf_counter() - began
     got = collapse(m.got)
     if out:
-        fresh = {"ready": again.ready, "figures": again.got}
         doc = {"ready": ready, "figures": got, "confirmation": fresh}
         (out / "figures.json").write_text(json.dumps(doc) + "\n")
     blocking, notes = env_problems(ready["A"]["env"], ready["B"]["env"])
@@ -296,45 +300,28 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
     return code
 
 
-class Again:
-    """The confirmation of failed speed rows by a fresh trio (bench/gate/confirm.py)."""
-
-    def __init__(self, stack, trees: dict, experiment: Path, extra, logs: Path, plant: float):
-        self.stack, self.trees, self.experiment = stack, trees, experiment
-        self.extra, self.logs, self.plant = extra, logs, plant
-        self.ready: dict = {}
-        self.got: dict = {}
-
-    def fresh(self, k: str) -> Worker:
-        log = self.logs / f"worker-{'A2' if k == 'A′' else k}-fresh.log"
-        plant = self.plant if k == "B" else 0.0
-        w = Worker(f"fresh {k}", self.trees[k], self.experiment, self.extra, log, "speed,batch",
-                   plant)  # fmt: skip
-        self.stack.callback(w.close)
-        print(f"worker {k} (fresh, to confirm): {w.ready['env'].get('git_sha')} ready",
-              file=sys.stderr)  # fmt: skip
-        return w
-
-    def judge(self, rows, workers: dict, prompts, groups: int, measured, budget: float):
-        """(rows with each failed speed row judged again, the confirmation's notes)."""
-        cells = confirm.cells_to_confirm(rows, workers["B"].ready)
-        if not cells:
-            return rows, []
-        began = time.perf_counter()
-        for w in workers.values():
-            w.close()  # the first trio's processes: done
-        fresh = {k: self.fresh(k) for k in TREES}
-        ready = {k: confirm.only(w.ready, cells) for k, w in fresh.items()}
-        kinds = {k: {c["name"]: c["kind"] for c in r["cells"]} for k, r in ready.items()}
-        m = Measurer(fresh, kinds, ("B",))
-        single = [c for c, kind in kinds["B"].items() if kind == "speed"]
-        batch = [c for c, kind in kinds["B"].items() if kind == "batch"]
-        m.run(prompts, single, groups, batch)
-        again, _ = top_up(m, lambda: measured(ready, collapse(m.got)), prompts, single, batch,
-                          ready["B"], budget)  # fmt: skip
-        self.ready, self.got = ready, collapse(m.got)
-        judged = confirm.judge(rows, again)
-        return judged, confirm.notes(cells, judged, time.perf_counter() - began)
+def confirmation(rows, workers: dict, restart, prompts, groups: int, measured, budget: float):
+    """Failed speed rows judged again by a fresh trio (bench/gate/confirm.py): the first trio's
+    workers closed, restart() starting the fresh ones → (rows, notes, {ready, figures} of the
+    fresh trio; empty where nothing was confirmed)."""
+    cells = confirm.cells_to_confirm(rows, workers["B"].ready)
+    if not cells:
+        return rows, [], {}
+    began = time.perf_counter()
+    for w in workers.values():
+        w.close()  # the first trio's processes: done
+    fresh = restart()
+    ready = {k: confirm.only(w.ready, cells) for k, w in fresh.items()}
+    kinds = {k: {c["name"]: c["kind"] for c in r["cells"]} for k, r in ready.items()}
+    m = Measurer(fresh, kinds, ("B",))
+    single = [c for c, kind in kinds["B"].items() if kind == "speed"]
+    batch = [c for c, kind in kinds["B"].items() if kind == "batch"]
+    m.run(prompts, single, groups, batch)
+    again, _ = top_up(m, lambda: measured(ready, collapse(m.got)), prompts, single, batch,
+                      ready["B"], budget)  # fmt: skip
+    judged = confirm.judge(rows, again)
+    took = time.perf_counter() - began
+    return judged, confirm.notes(cells, judged, took), {"ready": ready, "figures": collapse(m.got)}
 
 
 def top_up(m, measured, prompts, single, batch, ready_b: dict, budget: float):
@@ -397,6 +384,5 @@ def weak_cells(rows, ready_b: dict) -> set[str]:
             continue
         out.add(r.method)
         if r.metric == "speedup":
-            batch = r.method.partition("@")[2]
-            out.add(f"ar@{batch}" if batch else "ar")
+            out.add(ar_cell(r.method))
     return {c for c in out if c in kinds}

@@ -102,3 +102,9 @@ def deterministic_cell(method: str, names) -> str | None:
         if name in names:
             return name
     return None
+
+
+def ar_cell(cell: str) -> str:
+    """The ar cell a speed or batch cell's speedup row divides by: ar at the same batch."""
+    batch = cell.partition("@")[2]
+    return f"ar@{batch}" if batch else "ar"

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bench.gate import paired
+from bench.gate.cells import ar_cell
 from bench.gate.rules import Row
 
 
@@ -35,8 +36,7 @@ def cells_to_confirm(rows: list[Row], ready_b: dict) -> set[str] | None:
         if r.method == "all":
             out |= {c for c, k in kinds.items() if k == "speed"}
             continue
-        batch = r.method.partition("@")[2]
-        out |= {r.method, f"ar@{batch}" if batch else "ar"}  # ar: the cell's speedup row
+        out |= {r.method, ar_cell(r.method)}  # ar: the cell's speedup row
     return {c for c in out if c in kinds}
 
 
