@@ -310,6 +310,15 @@ def recorded(tmp_path_factory, tiny_target_dir):
     return repo, head
 
 
+def variant(repo, path, **changes):
+    """The recorded tiny experiment with `changes`, written to `path` (outside the repository:
+    it judges both trees), its baseline the recorded one."""
+    exp = yaml.safe_load((repo / EXP).read_text())
+    base = (repo / "conf/experiment/tiny_baseline.json").resolve()
+    path.write_text(yaml.safe_dump({**exp, **changes, "baseline": str(base)}))
+    return path
+
+
 def rows_of(doc) -> dict:
     return {(r["method"], r["metric"]): r for r in doc["rows"]}
 
@@ -340,10 +349,7 @@ def test_one_slow_b_process_is_not_a_regression(recorded, tmp_path):
     row fails the first pass, holds in the fresh pair, and the gate passes naming them (speed
     rows only, for time: the recorded experiment without its batch and T = 1 rows)."""
     repo, _ = recorded
-    exp = yaml.safe_load((repo / EXP).read_text())
-    lean = tmp_path / "lean.yaml"
-    base = (repo / "conf/experiment/tiny_baseline.json").resolve()
-    lean.write_text(yaml.safe_dump({**exp, "rows": {}, "baseline": str(base)}))
+    lean = variant(repo, tmp_path / "lean.yaml", rows={})
     args = ("--plant-slowdown", "20", "--plant-once", "--json", str(tmp_path / "v.json"))
     got = gate(repo, "--experiment", str(lean), *args)
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
@@ -398,12 +404,7 @@ def test_a_against_itself_is_judged_and_a_row_too_noisy_is_topped_up(recorded, t
     slowdown, which a tiny model's timings over two units cannot tell from noise, the speed rows
     stay underpowered through the top-up, and the verdict says so in its first line and JSON."""
     repo, head = recorded
-    exp = yaml.safe_load((repo / EXP).read_text())
-    base = (repo / "conf/experiment/tiny_baseline.json").resolve()
-    noisy = tmp_path / "noisy.yaml"
-    noisy.write_text(
-        yaml.safe_dump({**exp, "speedup_tol": 0.01, "topup_s": 3, "baseline": str(base)})
-    )
+    noisy = variant(repo, tmp_path / "noisy.yaml", speedup_tol=0.01, topup_s=3)
     got = gate(repo, "--experiment", str(noisy), "--self", "--json", str(tmp_path / "v.json"))
     first = got.stdout.splitlines()[0] if got.stdout else ""
     assert "underpowered" in first, got.stdout[-3000:] + got.stderr[-3000:]
