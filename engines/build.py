@@ -19,6 +19,7 @@ import torch
 from engines.formats import Linear
 from engines.gguf import Q4_1, Q8_0
 from engines.lean import Block, LeanModel, check_supported
+from groundfloor.errors import UserError
 
 
 def as_float(t) -> torch.Tensor:
@@ -41,6 +42,8 @@ def build(
 ) -> LeanModel:
     """tensors: transformers names → float tensors or GGUF blocks (engines.gguf)."""
     check_supported(config)
+    if weights == "bfloat16":
+        check_bf16_exact(tensors)
     device = torch.device(device)
     c = config
     blocks = [
@@ -65,6 +68,23 @@ def build(
         dtype,
         device,
     )
+
+
+def check_bf16_exact(tensors: dict) -> None:
+    """float16 weights become bfloat16 only where every value is one (bfloat16 has 3 fewer
+    significant bits, and a wider range): one error line naming the first tensor that would
+    be rounded, never a silent rounding. float32 weights asked for as bfloat16 are a format the
+    user chose (named with every result)."""
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.dtype == torch.float16:
+            back = t.to(torch.bfloat16).to(torch.float16)
+            if not torch.equal(back[~t.isnan()], t[~t.isnan()]):
+                n = int((back != t).sum())
+                raise UserError(
+                    f"model.weights=bfloat16: the checkpoint's float16 tensor {name} has {n} "
+                    f"values bfloat16 cannot hold (it would round them); use model.weights="
+                    f"float16 or float32"
+                )
 
 
 def block(c, tensors: dict, p: str, proj: str, dtype: torch.dtype, device, kernel: str) -> Block:

@@ -5,7 +5,10 @@
     format    values                                        kernels
     float32   (out, in) float32                             aten (F.linear, MKL), onednn
                                                             (prepacked weights, CPU)
-    bfloat16  (out, in) bfloat16                            aten
+    bfloat16  (out, in) bfloat16                            native_bf16 (float32 activations
+                                                            rounded to bf16 per product, a
+                                                            float32 chain: exact, batch
+                                                            invariant), aten
     float16   (out, in) float16                             aten
     int8      one scale per output row: w = s[o]·q, q int8  native (float32 activations),
                                                             aten (_weight_int8pack_mm, bf16)
@@ -23,7 +26,9 @@ stored here (nibbles, float32 scales). "native_q8a" (family q8a) quantizes the a
 int8 per block of 32 (llama.cpp's Q8_1 scheme) and multiplies integers, on weights repacked at
 load into tiles of 16 output rows (one `packed` buffer: int4 scales and offsets in float16, as a
 GGUF Q4_1 file has them; int8/q8_0 scales in float32): other numbers than "native", the default
-for a GGUF file's blocks where the CPU has AVX2 or AVX-512 (engines.load).
+for a GGUF file's blocks where the CPU has AVX2 or AVX-512 (engines.load). "native_bf16" (family
+bf16) runs bfloat16 weights, repacked at load into tiles of 16 output rows, with the activations
+rounded to bfloat16 and vdpbf16ps's arithmetic (emulated bit for bit where the CPU lacks it).
 The aten int8/int4 kernels take bfloat16 activations (their fast CPU path): x is cast to bf16
 and y back. A GGUF Q4_1 block (w = d·q + m) is an int4 group with scale d and offset m, as
 stored; Q8_0 blocks are q8_0. Weight-only quantization changes the target's numbers, so format
@@ -131,6 +136,11 @@ class Linear(nn.Module):
                 {"qweight": q.to(device), "scales": s.to(device, torch.bfloat16)},
                 b,
             )
+        if kernel == "native_bf16":  # bfloat16 weights on family bf16's tiles, repacked once
+            if fmt != "bfloat16":
+                raise ValueError(f"model.kernel=native_bf16 runs bfloat16 weights, not {fmt}")
+            packed = _native().repack_bf16(w.to(torch.bfloat16).contiguous())
+            return cls(fmt, kernel, shape, {"packed": packed}, b)
         w = w.to(device=device, dtype=FLOATS[fmt]).contiguous()
         if kernel == "onednn":
             return cls(
@@ -231,6 +241,8 @@ class Linear(nn.Module):
     def dequantized(self) -> torch.Tensor:
         """The weight as the kernel applies it, (out, in) float32 (tests and drafters)."""
         o, i = self.out_features, self.in_features
+        if self.kernel == "native_bf16":
+            return _native().unpack_bf16(self.packed, o).float()
         if native.repacked(self.kernel):
             q, d, m = _native().unpack(self.packed, o)
             return (q.float().view(o, i // GROUP, GROUP) * d[..., None] + m[..., None]).view(o, i)

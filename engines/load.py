@@ -17,8 +17,13 @@
                     block of 32 and integer products on weights repacked at load, as llama.cpp
                     runs the file) where the build has integer SIMD (AVX2 or AVX-512), chosen
                     by the instruction set, never by a clock; otherwise, and for weights
-                    quantized here, on native (float32 activations, exact scales). Both are
-                    batch invariant; they are different numbers, named in every result.
+                    quantized here, on native (float32 activations, exact scales). bfloat16
+                    weights on a CPU: native_bf16 (float32 activations rounded to bfloat16 in
+                    each product, vdpbf16ps's arithmetic, emulated where the CPU lacks it)
+                    where the build is vectorized, else torch's. All three are batch
+                    invariant; they are different numbers, named in every result.
+    The embedded GGUF at model.weights=bfloat16 is its 16-bit copy: every tensor dequantized
+    once and rounded to bfloat16, cached by the file's hash (engines.bf16file).
 Every choice and the timings behind it are returned as `choice` and land in env.json,
 config.yaml and the summary rows; `choice["batch_invariant"]` says whether the result's rows are
 (batch_invariant below).
@@ -170,11 +175,22 @@ def build_engine(source: Source, engine: str, weights: str, dtype: str, device, 
     if source.gguf is not None and weights == "int4":
         tensors, _ = gguf.read(source.gguf)
         where = f"GGUF blocks of {Path(source.gguf).name}"
+    elif source.gguf is not None and weights == "bfloat16":
+        from engines import bf16file
+
+        tensors = bf16file.tensors(source.gguf)
+        where = f"bf16 from the shipped {gguf_format(source.gguf)} file {Path(source.gguf).name}"
     else:
         tensors = build.state_dict_of(str(source.local_dir()))
         where = f"checkpoint tensors in {source.dir}"
     model = build.build(source.config, tensors, weights, tdtype, device, kernel)
     return LeanEngine(model, weights, where)
+
+
+def gguf_format(path) -> str:
+    """The GGUF file's weight format as its name says it (…​.Q4_1.gguf → Q4_1)."""
+    parts = Path(path).name.split(".")
+    return parts[-2] if len(parts) > 2 else "GGUF"
 
 
 def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[str, dict]:
@@ -184,6 +200,18 @@ def choose_kernel(source: Source, weights: str, device, kernel: str) -> tuple[st
     _check_kernel_fits(kernel, weights, cpu, device)
     if kernel != "auto":
         return kernel, {"reason": "asked for"}
+    if cpu and weights == "bfloat16":
+        mod, why = native.kernels()
+        if mod is not None and native.integer_simd():
+            how = "vdpbf16ps" if mod.isa().endswith("+bf16") else "its arithmetic emulated"
+            return "native_bf16", {
+                "reason": f"auto: bfloat16 weights on our bf16 kernel, batch invariant ({why}, "
+                f"{mod.isa()}: {how}; chosen by the instruction set)"
+            }
+        return "aten", {
+            "reason": f"auto: torch's bfloat16 kernels (our bf16 kernel: {why}, "
+            "not vectorized here)"
+        }
     if cpu and weights in ("int8", "int4"):
         mod, why = native.kernels()
         if mod is not None and source.gguf is not None and native.integer_simd():
@@ -210,12 +238,17 @@ def _check_kernel_fits(kernel: str, weights: str, cpu: bool, device) -> None:
             f"model.kernel=onednn runs float32 weights on a CPU, not "
             f"{weights} on {torch.device(device).type}; use model.kernel=auto"
         )
+    if kernel == "native_bf16" and not (cpu and weights == "bfloat16"):
+        raise UserError(
+            f"model.kernel=native_bf16 runs bfloat16 weights on a CPU, not {weights} on "
+            f"{torch.device(device).type}; use model.kernel=auto"
+        )
+    if kernel in native.BLOCKS and not (cpu and weights in ("int8", "int4")):
+        raise UserError(
+            f"model.kernel={kernel} runs int8/int4 weights on a CPU, not "
+            f"{weights} on {torch.device(device).type}; use model.kernel=auto"
+        )
     if kernel in native.FAMILIES:
-        if not (cpu and weights in ("int8", "int4")):
-            raise UserError(
-                f"model.kernel={kernel} runs int8/int4 weights on a CPU, not "
-                f"{weights} on {torch.device(device).type}; use model.kernel=auto"
-            )
         mod, why = native.kernels()
         if mod is None:
             raise UserError(
@@ -273,6 +306,13 @@ def choose_dtype(source: Source, engine: str, weights: str, dtype: str, device, 
     seen = f"(flags: {' '.join(flags) or 'none'})"
     if len(cands) == 1:
         return cands[0], {"reason": f"auto: the only dtype this CPU computes natively {seen}"}
+    if weights == "bfloat16" and engine == "lean":
+        k = choose_kernel(source, weights, device, kernel)[0]
+        if k == "native_bf16":
+            return "float32", {
+                "reason": f"auto: float32, the activations model.kernel={k} takes (each "
+                f"product rounds them to bfloat16 itself) {seen}"
+            }
     if weights in FLOATS:
         return weights, {"reason": f"auto: model.weights={weights}, computed as stored {seen}"}
     if engine == "lean":
@@ -327,20 +367,20 @@ def load(
         "kernel_probe": k_why,
         "kv_dtype": kv,
         "kv_dtype_reason": kv_why,
-        "batch_invariant": batch_invariant(eng_name, k),
+        "batch_invariant": batch_invariant(eng_name, k, dt),
         **eng.describe(),
     }
     return eng, choice
 
 
-def batch_invariant(engine: str, kernel: str) -> bool:
+def batch_invariant(engine: str, kernel: str, dtype: str = "float32") -> bool:
     """Whether a row's logits are the same bits alone or among other rows (a verify of 64 tree
     nodes, a batch): the lean engine on the native kernels, whose every product, attention and
     norm runs in one order per row whatever the row count (engines/kernels/contract.h, the README's
     "Engines, weights and dtype"). transformers' forward and torch's kernels (aten, oneDNN: e.g.
     model.weights=bfloat16) choose blockings by shape, so they are not. The greedy verdict reads
     it: where it holds, any divergence is a mismatch (bench.outputs.verdict)."""
-    return engine == "lean" and kernel in native.FAMILIES
+    return engine == "lean" and kernel in native.FAMILIES and dtype == "float32"
 
 
 def _kv_dtype(eng, engine: str, asked: str) -> tuple[str, str]:

@@ -14,9 +14,11 @@ another checkout of the same source (a clean clone, CI) does not rebuild it, and
 header builds afresh.
 
 With AVX-512 it is built for AVX-512 (with VNNI and BW where the CPU has them: the integer
-products of model.kernel=native_q8a, 16 output rows per vpdpbusd), with AVX2 and FMA for AVX2,
-otherwise as portable C++; every build does the same operations in the same order (contract.h;
-no fma is fused that the source does not write: -ffp-contract=off), so all give the same bits.
+products of model.kernel=native_q8a, 16 output rows per vpdpbusd; with AVX512-BF16 where it
+has that: model.kernel=native_bf16's vdpbf16ps, which the other builds emulate), with AVX2 and
+FMA for AVX2, otherwise as portable C++; every build does the same operations in the same order
+(contract.h; no fma is fused that the source does not write: -ffp-contract=off), so all give the
+same bits.
 SPECSWEEP_ISA=avx2|portable asks for a narrower build (to compare them on one machine);
 SPECSWEEP_LAYER_CALL=0 runs the lean forward's layers op by op instead of one call for the whole
 forward. Where no compiler is available the engine falls back to torch's own int4/int8
@@ -39,9 +41,11 @@ _STATE: dict = {}
 # model.kernel → the kernel family that runs it: the module's `Family` enum (engines/kernels/
 # contract.h states each one's arithmetic). A new family: its file and rows in engines/kernels/
 # (linear.h says which), a row here, its tests.
-FAMILIES = {"native": "f32", "native_q8a": "q8a"}
-# the families whose weights are repacked at load into their own tiles (contract.h: R4, R8)
-REPACKED = {"q8a"}
+FAMILIES = {"native": "f32", "native_q8a": "q8a", "native_bf16": "bf16"}
+# the families whose weights are repacked at load into their own tiles (contract.h: R4, R8, RB)
+REPACKED = {"q8a", "bf16"}
+# the families of block-quantized weights (int4, int8, q8_0); bf16 runs bfloat16 weights
+BLOCKS = ("native", "native_q8a")
 
 
 def repacked(kernel: str) -> bool:
@@ -57,6 +61,7 @@ AVX2 = [*BASE, "-mavx2", "-mfma", "-mf16c"]
 # accumulators in them)
 FLAGS = {"avx512": [*AVX2, "-mavx512f", "-mavx512vl"], "avx2": AVX2, "portable": BASE}
 VNNI = ["-mavx512bw", "-mavx512vnni"]  # native_q8a's integer products, where the CPU has them
+BF16 = ["-mavx512bf16"]  # native_bf16's vdpbf16ps, where the CPU has it (others emulate it)
 ORDER = ("avx512", "avx2", "portable")  # widest first
 
 
@@ -75,6 +80,17 @@ def vnni() -> bool:
     """Whether the AVX-512 build also gets the 512-bit integer dot products (VNNI, BW) that
     model.kernel=native_q8a uses; without them it multiplies its integers 256 bits at a time."""
     return {"avx512bw", "avx512_vnni"} <= cpu_flags()
+
+
+def bf16_dot() -> bool:
+    """Whether the AVX-512 build also gets vdpbf16ps (AVX512-BF16) for model.kernel=native_bf16;
+    without it every build emulates the instruction's arithmetic (the same bits)."""
+    return "avx512_bf16" in cpu_flags()
+
+
+def extra() -> list[str]:
+    """The AVX-512 build's flags past AVX-512F/VL: what this CPU has of VNNI/BW and BF16."""
+    return (VNNI if vnni() else []) + (BF16 if bf16_dot() else [])
 
 
 def _kind() -> str:
@@ -121,11 +137,14 @@ def kernels():
     return _STATE["mod"], _STATE["why"]
 
 
-def build(kind: str):
-    """The module built for `kind` (one of FLAGS), compiled on first use and reused after."""
+def build(kind: str, bf16_dot: bool = True):
+    """The module built for `kind` (one of FLAGS), compiled on first use and reused after;
+    bf16_dot=False: an AVX-512 build without vdpbf16ps even where the CPU has it (the tests
+    compare its emulation with the instruction)."""
     from torch.utils.cpp_extension import load
 
-    cflags = FLAGS[kind] + (VNNI if kind == "avx512" and vnni() else [])
+    more = extra() if kind == "avx512" else []
+    cflags = FLAGS[kind] + [f for f in more if bf16_dot or f not in BF16]
     name = f"specsweep_cpu_{kind}_{digest(kind, cflags)}"
     # its own folder, not under $SPECSWEEP_CACHE (tests point that at temporary folders)
     folder = (

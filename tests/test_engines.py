@@ -612,8 +612,16 @@ def test_the_kv_dtype_is_checked_in_one_line(tiny_target_dir):
         load(str(tiny_target_dir), "cpu", engine="hf", kv_dtype="bfloat16")
 
 
-@pytest.mark.parametrize("kernel", ["native", "native_q8a"])
-@pytest.mark.parametrize("weights", ["int4", "int8"])
+@pytest.mark.parametrize(
+    "weights, kernel",
+    [
+        ("int4", "native"),
+        ("int8", "native"),
+        ("int4", "native_q8a"),
+        ("int8", "native_q8a"),
+        ("bfloat16", "native_bf16"),
+    ],
+)
 def test_one_call_per_layer_equals_the_layer_op_by_op(
     tiny_target_dir, weights, kernel, monkeypatch
 ):
@@ -694,9 +702,11 @@ def tree_rows_alone(eng, g, trials: int):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel", ["native", "native_q8a"])
+@pytest.mark.parametrize(
+    "weights, kernel", [("int4", "native"), ("int4", "native_q8a"), ("bfloat16", "native_bf16")]
+)
 def test_a_rows_logits_are_the_same_alone_or_in_any_tree_on_every_build(
-    tiny_target_dir, kernel, monkeypatch
+    tiny_target_dir, weights, kernel, monkeypatch
 ):
     """Batch invariance of the whole forward: a node of a random tree (2-64 nodes, any shape,
     after a random prefix) gets the logits bit for bit that a forward of its path alone gives:
@@ -713,7 +723,7 @@ def test_a_rows_logits_are_the_same_alone_or_in_any_tree_on_every_build(
             str(tiny_target_dir),
             "cpu",
             engine="lean",
-            weights="int4",
+            weights=weights,
             dtype="float32",
             kernel=kernel,
         )
@@ -741,7 +751,7 @@ def test_kernel_check_times_every_product_of_each_family(tiny_target_dir, capsys
 
 @pytest.mark.parametrize(
     "kernel, kv", [("native", "auto"), ("native_q8a", "auto"), ("aten", "auto"),
-                   ("native_q8a", "bfloat16")]
+                   ("native_q8a", "bfloat16"), ("native_bf16", "auto")]
 )  # fmt: skip
 def test_several_sequences_in_one_forward_equal_each_alone(tiny_target_dir, kernel, kv):
     """engine.forward_seqs: sequences of different lengths, each with its own cache (its own
@@ -750,8 +760,8 @@ def test_several_sequences_in_one_forward_equal_each_alone(tiny_target_dir, kern
     sequence the logits, taps and cache rows of its own forward, bit for bit; `aten` runs each
     sequence's own forward."""
     eng, _ = load(
-        str(tiny_target_dir), "cpu", engine="lean", weights="int4", dtype="float32", kernel=kernel,
-        kv_dtype=kv,
+        str(tiny_target_dir), "cpu", engine="lean", dtype="float32", kernel=kernel, kv_dtype=kv,
+        weights="bfloat16" if kernel == "native_bf16" else "int4",
     )  # fmt: skip
     assert (eng.model.native_stack() is not None) == (kernel != "aten")  # one call, or each alone
     g = torch.Generator().manual_seed(5)

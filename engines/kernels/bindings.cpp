@@ -20,14 +20,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::enum_<Family>(m, "Family", "the products' arithmetic (contract.h); model.kernel names one",
                     py::module_local())
       .value("f32", Family::f32, "float32 activations (model.kernel=native)")
-      .value("q8a", Family::q8a, "int8 activations per block of 32 (model.kernel=native_q8a)");
+      .value("q8a", Family::q8a, "int8 activations per block of 32 (model.kernel=native_q8a)")
+      .value("bf16", Family::bf16, "bfloat16 weights and activations (model.kernel=native_bf16)");
   m.def("q4_linear", &q4_linear, "y = x Wᵀ for q4 blocks (float32 x, y), in a family");
   m.def("q8_linear", &q8_linear, "y = x Wᵀ for q8 blocks (float32 x, y), in a family");
   m.def("quantize_q8a", &quantize_q8a, "x per block of 32 as q8a takes it: (q, d, s = d·Σq, Σq)");
   m.def("repack_q4", &repack_q4, "q4 blocks (nib, scale, offset) as q8a's tiles (R4)");
   m.def("repack_q8", &repack_q8, "q8 blocks (q, scale) as q8a's tiles (R8)");
   m.def("unpack", &unpack, "q8a's tiles of N rows back as (q, scale, offset)");
-  m.def("packed_linear", &packed_linear, "y = x Wᵀ in family q8a, W repacked (N output rows)");
+  m.def("packed_linear", &repacked_linear,
+        "y = x Wᵀ on repacked weights (N output rows), in the family their tiles are for");
+  m.def("repack_bf16", &repack_bf16, "bfloat16 weights (N, K) as bf16's tiles (RB)");
+  m.def("unpack_bf16", &unpack_bf16, "bf16's tiles of N rows back as bfloat16 (N, K)");
+  m.def("round_bf16", &round_bf16_rows, "float32 to bfloat16 as family bf16 rounds activations");
   m.def("rms_norm", &rms_norm, "w · x / sqrt(mean(x²) + eps) per row");
   m.def("add_rms_norm_", &add_rms_norm_, "x += r; rms_norm(x)");
   m.def("rope_", &rope_, "rotary embedding in place");

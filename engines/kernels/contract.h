@@ -48,6 +48,20 @@ enum class Family {
   // Weights: q4 w = dw·qw + mw (qw ∈ 0..15), q8 w = dw·qw (qw int8); in R4 dw and mw are
   // float16 (GGUF's Q4_1 scales are), in R8 dw is float32.
   q8a,
+  // model.kernel=native_bf16 (family_bf16.h): bfloat16 weights, activations rounded to
+  // bfloat16, products exact, sums in float32: the arithmetic of AVX512-BF16's vdpbf16ps, which
+  // the builds that have it run and every other build emulates bit for bit. Each input value is
+  // rounded to bfloat16 to nearest, ties to even (x and its rounding in float32: a value below
+  // the smallest normal float reads as a zero of its sign; NaN stays NaN, quieted); the weights
+  // are stored as bfloat16 with any subnormal flushed to a zero of its sign at repack. Per output
+  // n of input row m, from acc = +0, pair by pair in input order (p = 0 .. K/2 − 1):
+  //   acc = ftz(fma(w[2p+1], x[2p+1], acc));  acc = ftz(fma(w[2p], x[2p], acc))
+  // and y = acc, where fma rounds once to nearest even and ftz(v) is v, or a zero of v's sign
+  // where |v| is below the smallest normal float (the instruction's flush of its outputs). A
+  // bfloat16 product is exact in float32's significand, so each step is one rounding. One chain
+  // per output, depending on nothing but row m and row n: the same bits alone or among any
+  // number of rows, on every build.
+  bf16,
 };
 
 // q8a's weights, repacked at load (repack.h) into tiles of TILE output rows: for tile t and
@@ -71,6 +85,22 @@ struct R8 {
   static constexpr int64_t CHUNK = 576;
   const uint8_t* p; int64_t K, nb;
   const uint8_t* chunk(int64_t t, int64_t b) const { return p + (t * nb + b) * CHUNK; }
+};
+
+// bf16's weights, repacked at load (family_bf16.h) into tiles of TILE output rows: for tile t
+// and block b (32 inputs, 16 pairs) one chunk of 16 × 64 B, the chunks tile-major; vector p of
+// a chunk holds, in lane r (bytes 4r..4r+3), the bfloat16 bits of w[r][2p] (low half) and
+// w[r][2p + 1] (high half), as vdpbf16ps reads a pair. Rows past N are zero.
+struct RB {
+  static constexpr int64_t CHUNK = 1024;
+  const uint8_t* p; int64_t K, nb;
+  const uint8_t* chunk(int64_t t, int64_t b) const { return p + (t * nb + b) * CHUNK; }
+};
+
+// bf16's activations: M rows of K bfloat16 bits (x rounded as above).
+struct XB {
+  const uint16_t* b; int64_t K, nb;
+  XB at(int64_t m0) const { return XB{b + m0 * K, K, nb}; }
 };
 
 // The weights' blocks (layouts above); K is the input width.

@@ -11,6 +11,9 @@
 //   q4_block, q8_block           f32: one block's 32 weights as four Vec
 //   quantize_block               q8a: 32 activations to int8, their sum and scale
 //   RLanes                       q8a: the microkernel over a repacked tile (family_q8a.h)
+//   vbf16_pair, vfma_ftz,        bf16: a repacked vector's pair widened; an fma whose tiny
+//   FlushTiny                    results are flushed, within a FlushTiny scope (family_bf16.h);
+//                                prefetch_line, a hint or nothing
 //   dot(a, b, n)                 the row ops' Σ a·b (rowops.h, attention.h): dot_parts(a, b, n,
 //                                a0, a1) then finish; finish8 finishes eight pairs into 8 lanes;
 //                                dot_parts' b float32 or bfloat16 bits (vload of uint16_t widens)
@@ -35,8 +38,14 @@
 #define SPECSWEEP_ISA_NAME "portable"
 #endif
 
+#ifdef __AVX512BF16__
+#define SPECSWEEP_BF16_NAME "+bf16"  // family bf16 by vdpbf16ps (isa_avx512.h)
+#else
+#define SPECSWEEP_BF16_NAME ""
+#endif
+
 namespace specsweep {
 
-constexpr const char* ISA = SPECSWEEP_ISA_NAME;
+constexpr const char* ISA = SPECSWEEP_ISA_NAME SPECSWEEP_BF16_NAME;
 
 }  // namespace specsweep

@@ -119,6 +119,27 @@ inline void prefetch_chunk(const uint8_t* c) {
     _mm_prefetch(reinterpret_cast<const char*>(c + o), _MM_HINT_T0);
 }
 
+inline void prefetch_line(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+
+// bf16: 8 lanes of a repacked chunk's vector (two bfloat16 each) as the pair's even and odd
+// weights, widened exactly.
+inline void vbf16_pair(const uint8_t* p, Vec& even, Vec& odd) {
+  const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// bf16's products run in a FlushTiny scope: MXCSR's flush-to-zero (and denormals-are-zero) set,
+// so that an fma's result the CPU finds tiny is a zero of its sign, as vdpbf16ps flushes its
+// outputs (isa_portable.h's fma_ftz spells the rule out); the caller's MXCSR comes back after.
+struct FlushTiny {
+  unsigned saved;
+  FlushTiny() : saved(_mm_getcsr()) { set(saved | 0x8040u); }
+  ~FlushTiny() { set(saved); }
+  static void set(unsigned csr) { asm volatile("ldmxcsr %0" : : "m"(csr) : "memory"); }
+};
+inline Vec vfma_ftz(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }  // in FlushTiny
+
 inline __m256i bcast4(const int8_t* p) {  // 4 activation bytes to every 32-bit lane
   int32_t v;
   std::memcpy(&v, p, 4);

@@ -92,4 +92,48 @@ struct IsaMicro<Family::f32> {
   }
 };
 
+// bf16 (contract.h): a tile's 16 output rows are the 16 lanes; per pair, one vector of weights
+// (lane r: w[r][2p], w[r][2p + 1]) and, per input row, the pair of activations broadcast to
+// every lane. With AVX512-BF16 one vdpbf16ps is the pair's two steps; without it, the same two
+// steps as two fmas in a FlushTiny scope (isa_avx2.h: the CPU flushes tiny results as the
+// instruction does; no input is subnormal: the family's rounding and repack flush them).
+template <>
+struct IsaMicro<Family::bf16> {
+  static constexpr bool present = true;
+  static constexpr int MAX_M = 16;
+
+  static __m512 step(__m512 acc, __m512i w, const uint16_t* xp) {
+    int32_t v;
+    std::memcpy(&v, xp, 4);
+#ifdef __AVX512BF16__
+    return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)_mm512_set1_epi32(v));
+#else
+    const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    const __m512i xv = _mm512_set1_epi32(v);
+    acc = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hi)),
+                          _mm512_castsi512_ps(_mm512_and_si512(xv, hi)), acc);
+    return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)),
+                           _mm512_castsi512_ps(_mm512_slli_epi32(xv, 16)), acc);
+#endif
+  }
+
+  template <int MM>
+  static void tile(const RB& w, int64_t t, const XB& x, float* out) {
+#ifndef __AVX512BF16__
+    const FlushTiny scope;
+#endif
+    __m512 acc[MM];
+    for (int m = 0; m < MM; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < x.nb; ++b) {
+      const uint8_t* c = w.chunk(t, b);
+      for (int p = 0; p < 16; ++p) {
+        _mm_prefetch(reinterpret_cast<const char*>(c + 4 * RB::CHUNK + p * 64), _MM_HINT_T0);
+        const __m512i wv = _mm512_loadu_si512(c + p * 64);
+        for (int m = 0; m < MM; ++m) acc[m] = step(acc[m], wv, x.b + m * x.K + b * BLOCK + 2 * p);
+      }
+    }
+    for (int m = 0; m < MM; ++m) _mm512_storeu_ps(out + m * TILE, acc[m]);
+  }
+};
+
 }  // namespace specsweep

@@ -141,6 +141,58 @@ struct RLanes {
   }
 };
 
+// bf16: vector p of a repacked chunk's 8 lanes (4 bytes each: two bfloat16) as the pair's even
+// and odd weights, widened exactly.
+inline void vbf16_pair(const uint8_t* p, Vec& even, Vec& odd) {
+  for (int j = 0; j < 8; ++j) {
+    uint32_t d;
+    std::memcpy(&d, p + 4 * j, 4);
+    const uint32_t e = d << 16, o = d & 0xFFFF0000u;
+    std::memcpy(&even.v[j], &e, 4);
+    std::memcpy(&odd.v[j], &o, 4);
+  }
+}
+
+// fma(a, b, c) rounded once to nearest even, then a zero of its sign where the result, rounded
+// as if the exponent were unbounded, is below the smallest normal float: the flush of x86's FTZ
+// and of vdpbf16ps (a sum that rounds to exactly the smallest normal only through the subnormal
+// grid is still flushed). a and b are bfloat16 values, so a·b is exact in a double; s + e is
+// a·b + c exactly (two-sum); s rounded to float is the true rounding except where s is a
+// midpoint between two floats and e ≠ 0, which e decides. A tiny sum is scaled by 2^64 first
+// (exact), so that its rounding is a normal float's.
+inline float fma_ftz(float a, float b, float c) {
+  const double p = static_cast<double>(a) * static_cast<double>(b), dc = c;
+  const double s = p + dc;
+  if (!std::isfinite(p) || !std::isfinite(c)) return static_cast<float>(s);
+  const double bb = s - p, e = (p - (s - bb)) + (dc - bb);
+  const bool tiny = std::fabs(s) < 0x1p-100;
+  const double ss = tiny ? s * 0x1p64 : s, ee = tiny ? e * 0x1p64 : e;
+  float r = static_cast<float>(ss);
+  if (ee != 0) {
+    if (std::isinf(r)) {  // at the overflow midpoint, a true value below it is the largest float
+      if (std::fabs(ss) == 0x1.ffffffp127 && (ee < 0) == (ss > 0)) r = std::copysign(0x1.fffffep127f, r);
+    } else if (ss != static_cast<double>(r)) {
+      const float other = std::nextafter(r, ss > r ? INFINITY : -INFINITY);
+      const bool mid = ss == (static_cast<double>(r) + static_cast<double>(other)) / 2;
+      if (mid && (ee > 0) == (ss > r)) r = other;
+    }
+  }
+  if (tiny) {
+    if (std::fabs(r) < 0x1p-62f) return std::copysign(0.0f, r);
+    return static_cast<float>(static_cast<double>(r) * 0x1p-64);
+  }
+  return r;
+}
+
+inline Vec vfma_ftz(Vec a, Vec b, Vec c) {
+  for (int j = 0; j < 8; ++j) c.v[j] = fma_ftz(a.v[j], b.v[j], c.v[j]);
+  return c;
+}
+
+// The scope of bf16's products; the vector builds set the CPU's flush of tiny results in it.
+struct FlushTiny {};
+inline void prefetch_line(const void*) {}
+
 // Row ops: Σ a[k]·b[k] over n (a multiple of 8), 16 at a time into two accumulators (dot_parts),
 // then finish; finish8 finishes eight such pairs at once, lane p of its result finish(a0[p], a1[p]).
 // b: float32, or bfloat16 bits (a cache row), widened exactly by vload.

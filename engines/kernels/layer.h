@@ -17,14 +17,14 @@
 namespace specsweep {
 
 // A projection's tensors: {nib, scale, offset} for q4 blocks, {q, scale} for q8, {packed, N}
-// for q8a's repacked weights (N a one-element int64 tensor: the output rows).
+// for repacked weights (q8a's or bf16's; N a one-element int64 tensor: the output rows).
 inline torch::Tensor project(const torch::Tensor& x, const std::vector<torch::Tensor>& w,
                              Family family) {
   if (w.size() == 3) return q4_linear(x, w[0], w[1], w[2], family);
   if (w[0].dim() == 3) {  // the row count read in place: item() is a dispatch, 4 a layer
     TORCH_CHECK(w[1].scalar_type() == torch::kInt64 && w[1].numel() == 1,
                 "project: repacked weights carry their row count as one int64");
-    return packed_linear(x, w[0], *w[1].data_ptr<int64_t>());
+    return repacked_linear(x, w[0], *w[1].data_ptr<int64_t>());
   }
   return q8_linear(x, w[0], w[1], family);
 }

@@ -11,6 +11,7 @@
 
 #include <stdexcept>
 
+#include "family_bf16.h"
 #include "family_f32.h"
 #include "family_q8a.h"
 #include "repack.h"
@@ -26,8 +27,24 @@ torch::Tensor linear(const W& w, const torch::Tensor& x, int64_t N, Family famil
   switch (family) {
     case Family::f32: return linear_f32(w, x, N);
     case Family::q8a: break;  // q4_linear, q8_linear repack for it
+    case Family::bf16:
+      throw std::invalid_argument("family bf16 runs bfloat16 weights (repack_bf16), not blocks");
   }
   throw std::invalid_argument("unknown kernel family");
+}
+
+// A product on weights repacked at load, whichever family's tiles they are (their chunk's size
+// says: q8a's R4 or R8, or bf16's RB).
+inline torch::Tensor repacked_linear(torch::Tensor x, torch::Tensor packed, int64_t N) {
+  if (packed.dim() == 3 && packed.size(2) == RB::CHUNK) {
+    TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+                "x must be a contiguous float32 (M, K) tensor");
+    TORCH_CHECK(packed.scalar_type() == torch::kUInt8 && packed.is_contiguous() &&
+                    packed.size(0) == (N + TILE - 1) / TILE,
+                "packed: the repacked weights of N rows, (tiles, K/32, 1024) uint8");
+    return bf16_linear(x, packed, N);
+  }
+  return packed_linear(x, packed, N);
 }
 
 inline void check_scale(const torch::Tensor& s, int64_t N, int64_t K) {
