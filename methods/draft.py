@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from drafters import draftmodel, weights
+from drafters import draftmodel, selfdraft, weights
 from groundfloor.errors import UserError
 from groundfloor.models import check_same_vocab, load_tokenizer, resolve_path
 from groundfloor.sampling import probs, sample
@@ -32,10 +32,16 @@ class Draft(Method):
             raise UserError(
                 "method=draft needs a draft model: set model.draft=<HF id or directory>"
             )
+        self.weights, own = "float", selfdraft.kind_of(path)
+        if own is not None:  # the target's own 4-bit copy (drafters.selfdraft)
+            self.k = self.chain_k(steps_per_token=1, prior=auto.PRIOR)
+            self.model, what = selfdraft.load_engine(own, ctx.target, ctx.model_cfg, ctx.device)
+            self.d2t, self.vocab = None, ctx.target.vocab_size
+            self.info = {"drafter_weights": "int4", "draft_model": f"self:{own}: {what}"}
+            return
         local = Path(resolve_path(str(path)))
         # k=auto: one draft forward per token; its rates start from the training summary's
         self.k = self.chain_k(steps_per_token=1, prior=auto.trained_prior(local))
-        self.weights = "float"
         if draftmodel.is_distilled(local):  # our distilled format: shares the target's embeddings
             if ctx.target.name == "lean":  # its layers in int8 where that pays (drafters.weights)
                 head = draftmodel.head_weight(local)

@@ -102,6 +102,13 @@ def tiny_target_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_bf16_dir(tmp_path_factory) -> Path:
+    """The tiny target with its weights rounded to bfloat16 and saved so: a 16-bit checkpoint
+    (model.weights=bfloat16 runs it as it is; transformers in float32 widens it exactly)."""
+    return save_with_tokenizer(tiny_llama(0).to(torch.bfloat16), tmp_path_factory.mktemp("bf16"))
+
+
+@pytest.fixture(scope="session")
 def cut_draft_dir(tiny_target_dir, tmp_path_factory):
     """The tiny target's first layer alone: a draft that agrees with the target in part."""
     from transformers import AutoModelForCausalLM

@@ -156,8 +156,7 @@ def test_block_products_refuse_the_bf16_family():
 
 
 def bf16_checkpoint(tiny_target_dir, tmp_path, dtype=torch.bfloat16):
-    """The tiny model saved in `dtype` (its own weights rounded once): the same weights for the
-    lean engine at 16 bits and for transformers widened to float32."""
+    """The tiny model saved in `dtype` (its own weights rounded once)."""
     from transformers import AutoModelForCausalLM
 
     m = AutoModelForCausalLM.from_pretrained(tiny_target_dir, dtype=dtype)
@@ -170,13 +169,13 @@ def bf16_checkpoint(tiny_target_dir, tmp_path, dtype=torch.bfloat16):
     return tmp_path
 
 
-def test_bfloat16_weights_run_on_the_family_and_agree_with_transformers(tiny_target_dir, tmp_path):
+def test_bfloat16_weights_run_on_the_family_and_agree_with_transformers(tiny_bf16_dir):
     """engine=lean model.weights=bfloat16 on a CPU: the bf16 family by default (float32
     activations, batch invariant, named), its logits within bfloat16 activation rounding of
     transformers' float32 forward over the same weights."""
     from engines.load import load
 
-    ckpt = bf16_checkpoint(tiny_target_dir, tmp_path)
+    ckpt = tiny_bf16_dir
     lean, choice = load(str(ckpt), "cpu", engine="lean", weights="bfloat16")
     assert native.integer_simd()  # the machines the suite runs on all have AVX2 at least
     assert (choice["kernel"], choice["dtype"], choice["batch_invariant"]) == (
