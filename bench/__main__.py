@@ -69,7 +69,8 @@ def run(cfg: DictConfig) -> None:
     print_summary(
         summary,
         f"{cfg.model.name} · {row.get('device', '?')} · engine="
-        f"{row.get('engine', '?')} · weights={row.get('weights', '?')} · "
+        f"{row.get('engine', '?')} · weights={row.get('weights', '?')} "
+        f"({row.get('target_format', '?')}; draft {row.get('draft_format', '?')}) · "
         f"dtype={row.get('dtype', '?')} · {out}{partial}{skipped}",
         # a log's width: the summary's widest row (a long k=auto label, the loop columns) whole
         Console(width=None if sys.stdout.isatty() else 240),

@@ -40,7 +40,9 @@ def convert(path: Path) -> dict:
     """Every tensor of the GGUF file dequantized and rounded to bfloat16, by transformers name."""
     blocks, _ = gguf.read(path)
     return {
-        name: (t.dequantize() if hasattr(t, "dequantize") else t.float()).to(torch.bfloat16)
+        name: (t.dequantize() if isinstance(t, (gguf.Q4_1, gguf.Q8_0)) else t.float()).to(
+            torch.bfloat16
+        )
         for name, t in blocks.items()
     }
 

@@ -61,3 +61,28 @@ def cpu_kind() -> str:
     )
     flags = " ".join(f for f in FLAGS_THAT_MATTER if f in cpu_flags())
     return f"{name}{numbers} {flags}".strip()
+
+
+# llama.cpp's build (make install-llamacpp): GGML option → the /proc/cpuinfo flags it needs.
+# llama-cpp-python 0.3.36 built with GGML_NATIVE on an AMX Xeon (family 6 model 167) used the
+# AMX backend for the embedded Q4_1 file and segfaulted on the first decode; built from these
+# flags (GGML_NATIVE off, each instruction set by name, the AMX backend off) it runs.
+GGML_OPTIONS = (
+    ("GGML_AVX", {"avx"}),
+    ("GGML_AVX2", {"avx2"}),
+    ("GGML_FMA", {"fma"}),
+    ("GGML_F16C", {"f16c"}),
+    ("GGML_AVX_VNNI", {"avx_vnni"}),
+    ("GGML_AVX512", {"avx512f", "avx512bw", "avx512dq", "avx512vl"}),
+    ("GGML_AVX512_VBMI", {"avx512f", "avx512vbmi"}),
+    ("GGML_AVX512_VNNI", {"avx512f", "avx512_vnni"}),
+    ("GGML_AVX512_BF16", {"avx512f", "avx512_bf16"}),
+)
+GGML_OFF = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
+
+
+def llamacpp_cmake_args(flags: frozenset[str] | None = None) -> str:
+    """CMAKE_ARGS for llama.cpp on this CPU (or one with `flags`), chosen from its flags."""
+    flags = cpu_flags() if flags is None else flags
+    on = [f"-D{opt}={'ON' if need <= flags else 'OFF'}" for opt, need in GGML_OPTIONS]
+    return " ".join(["-DGGML_NATIVE=OFF", *on, *(f"-D{opt}=OFF" for opt in GGML_OFF)])

@@ -77,6 +77,26 @@ def _q8_0(raw: np.ndarray) -> Q8_0:
     return Q8_0(torch.from_numpy(q.reshape(rows, -1)), torch.from_numpy(d))
 
 
+def stored(t, path) -> torch.Tensor | Q4_1 | Q8_0:
+    """A GGUFReader tensor as the file stores it, in the file's row order: Q4_1 or Q8_0 blocks,
+    or a float32 tensor (F32, F16, BF16: exact)."""
+    kind, raw = t.tensor_type.name, np.asarray(t.data)
+    if kind == "Q4_1":
+        return _q4_1(raw)
+    if kind == "Q8_0":
+        return _q8_0(raw)
+    if kind in ("F32", "F16"):
+        return torch.from_numpy(np.array(raw, dtype=np.float32))  # already (rows, cols)
+    if kind == "BF16":
+        bits = np.array(raw).view(np.int16)
+        bits = bits.reshape(raw.shape[0], -1) if raw.ndim == 2 else bits
+        return torch.from_numpy(bits).view(torch.bfloat16).float()
+    raise ValueError(
+        f"{path}: tensor {t.name} is {kind}; the lean engine reads F32, F16, BF16, Q4_1 and "
+        f"Q8_0 GGUF tensors (use engine=hf)"
+    )
+
+
 NAMES = {  # GGUF suffix → transformers Llama suffix
     "attn_norm.weight": "input_layernorm.weight",
     "ffn_norm.weight": "post_attention_layernorm.weight",
@@ -126,19 +146,7 @@ def read(path: str | Path) -> tuple[dict, dict]:
     kv_heads = int(meta.get("llama.attention.head_count_kv", heads))
     out = {}
     for t in reader.tensors:
-        kind = t.tensor_type.name
-        raw = np.asarray(t.data)
-        if kind == "Q4_1":
-            w = _q4_1(raw)
-        elif kind == "Q8_0":
-            w = _q8_0(raw)
-        elif kind in ("F32", "F16"):
-            w = torch.from_numpy(np.array(raw, dtype=np.float32))  # already (rows, cols)
-        else:
-            raise ValueError(
-                f"{path}: tensor {t.name} is {kind}; the lean engine reads F32, "
-                f"F16, Q4_1 and Q8_0 GGUF tensors (use engine=hf)"
-            )
+        w = stored(t, path)
         name = hf_name(t.name)
         if ".attn_q." in t.name or ".attn_k." in t.name:
             n = heads if ".attn_q." in t.name else kv_heads

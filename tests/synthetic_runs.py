@@ -104,8 +104,12 @@ def make_run(
     mismatch: bool = False,
     extra_mb: float = 0.0,
     gpu: str | None = None,
+    fields: dict | None = None,
+    base_rate: float = 20.0,
 ) -> Path:
-    """A run dir for `method` with the given τ and speedup over ar, on two tasks."""
+    """A run dir for `method` with the given τ and speedup over ar, on two tasks; `fields` set
+    on every record (and `weights` into env.json's engine_choice), the baseline at `base_rate`
+    tokens/s."""
     rng = np.random.default_rng(seed)
     rows = []
     for task in TASKS:
@@ -113,7 +117,7 @@ def make_run(
             pid = f"{task}-{p}"
             for rep in range(repeats):
                 new = 40
-                base_wall = new / 20.0 * rng.uniform(0.95, 1.05)
+                base_wall = new / base_rate * rng.uniform(0.95, 1.05)
                 rows.append(
                     _rec(
                         task,
@@ -165,6 +169,7 @@ def make_run(
                         7 if diverged else None,
                     )
                 )
+    rows = [{**r, **(fields or {})} for r in rows]
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "records.jsonl", "w") as f:
         for r in rows:
@@ -182,6 +187,11 @@ def make_run(
                 "torch": "2.13.0",
                 "transformers": "5.24.0",
                 "git_sha": "abc",
+                **(
+                    {"engine_choice": {"engine": "lean", "weights": fields["weights"]}}
+                    if fields and "weights" in fields
+                    else {}
+                ),
             }
         )
     )

@@ -245,3 +245,26 @@ def test_the_embedded_models_16_bit_copy_is_built_once_and_memory_mapped(tmp_pat
     eng, choice = load("embedded:smollm2-135m", "cpu", weights="bfloat16")
     assert choice["kernel"] == "native_bf16" and choice["batch_invariant"]
     assert choice["source"].startswith("bf16 from the shipped Q4_1 file")
+
+
+@pytest.mark.slow
+def test_the_bf16_gguf_for_llama_cpp_holds_the_16_bit_copys_weights(tmp_path, monkeypatch):
+    """engine_check's llama.cpp peer at 16 bits reads a BF16 GGUF of the very weights the 16-bit
+    target runs: read back (rows unpermuted as for the Q4_1 file), every tensor equals the 16-bit
+    copy's; quantized tensors are BF16, norms F32, the file type BF16."""
+    import gguf as lib
+
+    from engines import bf16file, bf16gguf, gguf
+    from groundfloor.models import embedded_gguf
+
+    monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path))
+    src = embedded_gguf("embedded:smollm2-135m")
+    path = bf16gguf.written(src)
+    assert path.name.endswith(".BF16.gguf") and bf16file.digest(src) in path.name
+    back, meta = gguf.read(path)
+    copy = bf16file.tensors(src)
+    assert set(back) == set(copy)
+    assert all(torch.equal(back[n], copy[n].float()) for n in copy)
+    kinds = {t.name: t.tensor_type.name for t in lib.GGUFReader(str(path)).tensors}
+    assert kinds["blk.0.ffn_down.weight"] == "BF16" and kinds["blk.0.attn_norm.weight"] == "F32"
+    assert int(meta["general.file_type"]) == int(lib.LlamaFileType.MOSTLY_BF16)

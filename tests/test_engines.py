@@ -795,3 +795,34 @@ def test_several_sequences_in_one_forward_equal_each_alone(tiny_target_dir, kern
         assert torch.equal(mine[b].v[..., :n, :], caches[b].v[..., :n, :])
     last = eng.forward_seqs(ids, mine, logits_to_keep=[1, 2, 0])
     assert [o.logits.shape[1] for o in last] == [1, 2, 1]
+
+
+def test_llama_cpp_is_built_for_the_cpus_instruction_sets_without_amx():
+    """make install-llamacpp's CMAKE_ARGS: GGML_NATIVE off, each instruction set by the CPU's
+    flags (an AVX2-only Zen 3 gets no AVX-512; an AMX Xeon gets AVX-512 with VNNI and BF16),
+    the AMX backend off on every kind."""
+    from engines.cpu import llamacpp_cmake_args as cmake_args
+
+    zen3 = cmake_args(frozenset({"avx", "avx2", "fma", "f16c"}))
+    assert "-DGGML_NATIVE=OFF" in zen3 and "-DGGML_AVX2=ON" in zen3
+    assert "-DGGML_AVX512=OFF" in zen3 and "-DGGML_AVX512_BF16=OFF" in zen3
+    xeon = {"avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"}
+    xeon |= {"avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"}
+    amx = cmake_args(frozenset(xeon))
+    assert "-DGGML_AVX512=ON" in amx and "-DGGML_AVX512_VNNI=ON" in amx
+    assert "-DGGML_AVX512_BF16=ON" in amx and "-DGGML_AVX512_VBMI=OFF" in amx
+    assert all(f"-DGGML_AMX_{x}=OFF" in amx for x in ("TILE", "INT8", "BF16"))
+
+
+def test_a_llama_cpp_worker_that_dies_is_one_line_with_its_own_error(tmp_path):
+    """The worker run by an interpreter without llama_cpp dies importing it: the peer says so in
+    one line, with the worker's exit status and its last error line."""
+    import sys
+
+    from bench.tools.llamacpp_peer import Peer
+
+    with pytest.raises(RuntimeError) as e:
+        Peer(tmp_path / "model.gguf", python=sys.executable)
+    msg = str(e.value)
+    assert "\n" not in msg and "died, exit status 1" in msg
+    assert "No module named 'llama_cpp'" in msg

@@ -265,6 +265,13 @@ OTHERS = ["draft", "eagle", "eagle3", "hf_ar", "hf_assisted", "hf_pld", "lookahe
 OTHERS += ["medusa", "oracle", "recycling", "sam", "suffix"]
 
 
+# the 16-bit target's cells (conf/experiment/gate.yaml's rows.w16) on the tiny model
+W16 = {
+    "methods": ["ar", "ngram"],
+    "overrides": ["model.weights=bfloat16", "model.kernel=native_bf16"],
+}
+
+
 def tiny_experiment(target, **more) -> dict:
     return {
         "overrides": [
@@ -404,7 +411,8 @@ def test_a_against_itself_is_judged_and_a_row_too_noisy_is_topped_up(recorded, t
     slowdown, which a tiny model's timings over two units cannot tell from noise, the speed rows
     stay underpowered through the top-up, and the verdict says so in its first line and JSON."""
     repo, head = recorded
-    noisy = variant(repo, tmp_path / "noisy.yaml", speedup_tol=0.01, topup_s=3)
+    rows = {**tiny_experiment("x")["rows"], "w16": W16}  # and the 16-bit target's cells
+    noisy = variant(repo, tmp_path / "noisy.yaml", speedup_tol=0.01, topup_s=3, rows=rows)
     got = gate(repo, "--experiment", str(noisy), "--self", "--json", str(tmp_path / "v.json"))
     first = got.stdout.splitlines()[0] if got.stdout else ""
     assert "underpowered" in first, got.stdout[-3000:] + got.stderr[-3000:]
@@ -425,6 +433,14 @@ def test_a_against_itself_is_judged_and_a_row_too_noisy_is_topped_up(recorded, t
     dist = rows[("ngram@t1", "distribution")]
     assert dist["verdict"] == "ok" and dist["now"] >= 0.001 and dist["baseline"] is None
     assert {("ar", "tokens_per_s"), ("ngram", "speedup")} <= rows.keys()
+    # the 16-bit target: in trios, each unit's ids equal ar@w16's and A's
+    for key in [
+        ("ngram@w16", "exact_match"),
+        ("ngram@w16", "tokens_vs_A"),
+        ("ar@w16", "tokens_vs_A"),
+    ]:
+        assert rows[key]["verdict"] == "ok", rows[key]
+    assert {("ngram@w16", "tokens_per_s"), ("ngram@w16", "speedup")} <= rows.keys()
 
 
 @pytest.mark.slow

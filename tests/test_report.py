@@ -264,3 +264,36 @@ def test_an_untested_distribution_check_is_not_read_as_a_pass():
     )
     rows = lossless_markdown(df).splitlines()[2:]
     assert [r.split("|")[3].strip() for r in rows] == ["untested", "p = 0.42", "not checked"]
+
+
+def test_each_method_on_both_targets_side_by_side(tmp_path):
+    """The 4-bit file and its 16-bit copy: a column group per target, each target's plain
+    decoding, a self-draft apart from the shipped draft, words that say the 16-bit target's best
+    is below the 4-bit target's plain decoding, and the absolute tokens/s chart in the report."""
+    from bench.report import targets
+
+    q4 = {"weights": "int4", "target_format": "Q4_1", "engine": "lean"}
+    b16 = {"weights": "bfloat16", "target_format": "bf16 (from Q4_1)", "engine": "lean"}
+    make_run(tmp_path / "a", "ngram", 4, speedup=1.3, fields={**q4, "draft_format": "none"})
+    make_run(tmp_path / "b", "ngram", 4, speedup=1.6, base_rate=8.0,
+             fields={**b16, "draft_format": "none"})  # fmt: skip
+    make_run(tmp_path / "c", "draft", 4, speedup=1.4, base_rate=8.0,
+             fields={**b16, "draft_format": "self:int4"})  # fmt: skip
+    make_run(tmp_path / "d", "draft", 4, speedup=1.1, base_rate=8.0, seed=3,
+             fields={**b16, "draft_format": "int8"})  # fmt: skip
+    cells, _, _ = load_runs([tmp_path])
+    table, words = targets.side_by_side(cells)
+    assert list(table.method) == ["ngram", "draft self:int4", "draft", targets.PLAIN]
+    assert table.loc[0, "Q4_1 speedup"].startswith("1.3")
+    assert table.loc[0, "bf16 (from Q4_1) speedup"].startswith("1.6")
+    assert table.loc[1, "Q4_1 speedup"] == "–"
+    plain = table.iloc[-1]
+    assert 19 < float(plain["Q4_1 tok/s"]) < 21
+    assert 7.5 < float(plain["bf16 (from Q4_1) tok/s"]) < 8.5
+    assert "fastest plain decoding is the Q4_1 target's" in words
+    assert "ngram at 1.6" in words and ": below it" in words
+    out = tmp_path / "report"
+    md = report.build([tmp_path / x for x in "abcd"], out).read_text()
+    assert "## Each method on each target" in md and words in md
+    assert list(out.glob("targets__*.png")) and list(out.glob("targets__*.csv"))
+    assert targets.main([str(tmp_path / x) for x in "abcd"]) == 0

@@ -38,7 +38,7 @@ from pathlib import Path
 import yaml
 
 from bench.gate import abrows, confirm, paired
-from bench.gate.cells import ar_cell, rows_of
+from bench.gate.cells import KINDS, TIMED, ar_cell, rows_of
 from bench.gate.experiment import load_experiment
 from bench.gate.rules import Tolerances, env_problems
 from bench.gate.table import print_table
@@ -194,7 +194,7 @@ def start(stack, trees: dict[str, Path], experiment: Path, extra, logs, plant, f
     workers = {}
     for k in TREES:
         log = logs / f"worker-{'A2' if k == 'A′' else k}{'-fresh' if fresh else ''}.log"
-        kinds = "speed,batch" if k == "A′" or fresh else "speed,fixed,batch,dist"
+        kinds = ",".join(TIMED) if k == "A′" or fresh else ",".join(KINDS)
         name = f"fresh {k}" if fresh else k
         w = Worker(name, trees[k], experiment, extra, log, kinds, plant if k == "B" else 0.0)
         workers[k] = w
@@ -235,7 +235,7 @@ def gate_ab(own: dict, base: dict, extra: list[str], out: Path | None, plant: fl
         m = Measurer(workers, kinds, ("B",) if same_kind else ("A", "B"))
         b_prompts = {p for p, _ in ready["B"]["prompts"]}
         prompts = [p for p, _ in ready["A"]["prompts"] if p in b_prompts]
-        single = [c["name"] for c in ready["B"]["cells"] if c["kind"] in ("speed", "fixed")]
+        single = [c["name"] for c in ready["B"]["cells"] if c["kind"] in ("speed", "fixed", "w16")]
         batch = [c["name"] for c in ready["B"]["cells"] if c["kind"] == "batch"]
         m.run(prompts, single, len(ready["B"]["groups"]), batch)
         dist = distribution_checks(workers, kinds)
@@ -314,7 +314,7 @@ def confirmation(rows, workers: dict, restart, prompts, groups: int, measured, b
     ready = {k: confirm.only(w.ready, cells) for k, w in fresh.items()}
     kinds = {k: {c["name"]: c["kind"] for c in r["cells"]} for k, r in ready.items()}
     m = Measurer(fresh, kinds, ("B",))
-    single = [c for c, kind in kinds["B"].items() if kind == "speed"]
+    single = [c for c, kind in kinds["B"].items() if kind in ("speed", "w16")]
     batch = [c for c, kind in kinds["B"].items() if kind == "batch"]
     m.run(prompts, single, groups, batch)
     again, _ = top_up(m, lambda: measured(ready, collapse(m.got)), prompts, single, batch,

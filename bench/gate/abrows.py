@@ -17,6 +17,8 @@
                   the share equal to the batch-1 ar's ids no lower than A's
     dist          per dist cell, B's seeded T = 1 check=distribution: the method drafted past the
                   check's floor and its p-value reaches rows.dist.alpha
+    w16           per w16 cell (the 16-bit target), tokens/s and speedup over ar@w16 as above;
+                  every unit's ids equal ar@w16's (exact: batch invariant) and A's
     new           a cell only B has: measured at B, reported, not gated
 
 ROWS lists them; one more row kind is one more function there.
@@ -139,7 +141,7 @@ def same_as_a(name: str, a: dict, b: dict) -> Row:
 
 
 def speed_tests(m: Measured) -> int:
-    return sum(len(paired.tests_of(m.trees(kind))) for kind in ("speed", "batch"))
+    return sum(len(paired.tests_of(m.trees(kind))) for kind in ("speed", "batch", "w16"))
 
 
 def speed_rows(m: Measured) -> list[Row]:
@@ -184,6 +186,31 @@ def batch1_share(units: dict, ar: dict, groups: list[list[str]]) -> float | None
     return sum(pairs) / len(pairs) if pairs else None
 
 
+def w16_rows(m: Measured) -> list[Row]:
+    """The 16-bit target's cells: speed rows (renamed to the cells), then each cell's ids
+    against ar@w16's on B, unit by unit, and against A's where A built the cell."""
+    cell_of = {m.methods[c]: c for c in m.cells("B", "w16")}
+    rows = []
+    for r in paired.checks(m.trees("w16"), m.tol.speedup_tol, speed_tests(m)):
+        r.method = cell_of.get(r.method, r.method)
+        rows.append(r)
+    b = m.got.get("B", {})
+    ar = b.get(cell_of.get("ar", ""), {})
+    for cell in m.cells("B", "w16"):
+        units = b.get(cell, {})
+        if cell in m.cells("A"):
+            rows.append(same_as_a(cell, m.got.get("A", {}).get(cell, {}), units))
+        if m.methods[cell] == "ar" or not ar:
+            continue
+        common = sorted(units.keys() & ar.keys())
+        same = sum(units[u]["ids"] == ar[u]["ids"] for u in common)
+        frac = same / len(common) if common else None
+        rule = f"all {len(common)} units equal ar@w16's ids (a batch-invariant kernel)"
+        ok = bool(common) and same == len(common)
+        rows.append(Row(cell, "exact_match", 1.0, frac, rule, "ok" if ok else "REGRESSION"))
+    return rows
+
+
 def dist_rows(m: Measured) -> list[Row]:
     alpha, rows = m.dist_alpha, []
     for cell in m.cells("B", "dist"):
@@ -215,7 +242,10 @@ def new_rows(m: Measured) -> list[Row]:
     return rows
 
 
-ROWS = (build_rows, unit_rows, deterministic_rows, speed_rows, batch_rows, dist_rows, new_rows)
+ROWS = (
+    build_rows, unit_rows, deterministic_rows, speed_rows, batch_rows, w16_rows, dist_rows,
+    new_rows,
+)  # fmt: skip
 
 
 def all_rows(m: Measured) -> list[Row]:

@@ -12,6 +12,11 @@
     batch   a method at batch=B (the experiment's `rows.batch`): aggregate tokens/s of whole
             batch runs, paired trios over `runs` fixed groups of B first turns, and each
             sequence's ids against A's and against the batch-1 ar. Name: "<method>@b<B>".
+    w16     a method as users run it on the embedded model's 16-bit copy (the experiment's
+            `rows.w16`: its overrides, e.g. model.weights=bfloat16 model.kernel=native_bf16,
+            and per method its own, e.g. draft's model.draft=self:int4): tokens/s and speedup
+            over ar on the same target from trios, as the speed cells; each unit's ids equal
+            that ar's (the bf16 kernel is batch invariant) and A's. Name: "<method>@w16".
     dist    a method pinned as its fixed cell, sampled at T = 1 with the run's seed:
             check=distribution (bench.run.distcheck: drafting forced, a drafting floor) once
             per tree, untimed; B's p-value must reach `alpha` and B must draft past the floor
@@ -27,7 +32,8 @@ from dataclasses import dataclass
 
 from groundfloor.errors import UserError
 
-KINDS = ("speed", "fixed", "batch", "dist")
+KINDS = ("speed", "fixed", "batch", "dist", "w16")
+TIMED = ("speed", "batch", "w16")  # measured in trios A B A′ (fixed and dist: B, or A once)
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ def rows_of(exp: dict) -> dict:
     speed = rows.get("speed") or {}
     batch = rows.get("batch") or {}
     dist = rows.get("dist") or {}
+    w16 = rows.get("w16") or {}
     out = {
         "speed": {"skip": [str(m) for m in speed.get("skip", [])]},
         "batch": {
@@ -58,6 +65,13 @@ def rows_of(exp: dict) -> dict:
         "dist": {
             "methods": [str(m) for m in dist.get("methods", [])],
             "alpha": float(dist.get("alpha", 0.001)),
+        },
+        "w16": {
+            "methods": [str(m) for m in w16.get("methods", [])],
+            "overrides": [str(o) for o in w16.get("overrides", [])],
+            "method_overrides": {
+                str(m): [str(o) for o in v] for m, v in (w16.get("method_overrides") or {}).items()
+            },
         },
     }
     if not 0 < out["dist"]["alpha"] < 1:
@@ -92,6 +106,11 @@ def cells(exp: dict, methods: list[str], differs) -> list[Cell]:
         if m in methods:
             sampled = (*per.get(m, []), "temperature=1", "check=distribution")
             out.append(Cell(f"{m}@t1", "dist", m, sampled, True))
+    w16 = rows["w16"]
+    for m in w16["methods"]:
+        if m in methods:
+            extra = (*w16["overrides"], *w16["method_overrides"].get(m, []))
+            out.append(Cell(f"{m}@w16", "w16", m, extra, False))
     return out
 
 

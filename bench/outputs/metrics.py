@@ -27,6 +27,7 @@ from groundfloor.stats import bootstrap_median, bootstrap_ratio, wilson
 KEYS = ["task", "category", "method", "k", "temperature", "device", "engine", "weights", "dtype"]
 KEYS += ["batch"]  # conversations decoded together
 KEYS += ["kv_dtype"]  # the KV cache's dtype (model.kv_dtype, resolved)
+KEYS += ["target_format", "draft_format"]  # Q4_1 | bf16 (from Q4_1) | ...; self:int4 | int8 | none
 UNIT = ["task", "prompt_id", "turn"]
 
 
@@ -638,6 +639,8 @@ def summarize(records: pd.DataFrame, costs: dict | None = None, skipped: int = 0
         records = records.assign(batch=1)
     if "kv_dtype" not in records:  # written before model.kv_dtype: the activations' dtype
         records = records.assign(kv_dtype=records["dtype"] if "dtype" in records else None)
+    if "target_format" not in records:  # written before the formats had columns of their own
+        records = records.assign(target_format=records["weights"], draft_format="none")
     method = records[records.role == "method"]
     base = records[records.role == "baseline"]
     tasks = sorted(method.task.unique())

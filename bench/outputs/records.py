@@ -103,7 +103,29 @@ def turn_fields(res) -> dict:
     return out
 
 
-def run_info(cfg, method_name: str, k, device, choice: dict) -> dict:
+def target_format(choice: dict) -> str:
+    """The target's weights as a table names them: a GGUF's own blocks by the file's format
+    (Q4_1), its 16-bit copy as "bf16 (from Q4_1)", else the resolved format."""
+    from engines.load import gguf_format
+
+    src = str(choice.get("source", ""))
+    if src.startswith("GGUF blocks of"):
+        return gguf_format(src)
+    if src.startswith("bf16 from the shipped"):
+        return f"bf16 (from {src.split()[4]})"
+    return str(choice["weights"])
+
+
+def draft_format(info: dict) -> str:
+    """The drafter's weights: a self-draft's kind (self:int4, self:q4_1), a learned drafter's
+    drafter_weights (int8, float), "none" for a method without one."""
+    own = str(info.get("draft_model", ""))
+    if own.startswith("self:"):
+        return own.split(":")[0] + ":" + own.split(":")[1]
+    return str(info.get("drafter_weights", "none"))
+
+
+def run_info(cfg, method_name: str, k, device, choice: dict, method_info=None) -> dict:
     """The fields every record of a run shares."""
     return {
         "method": method_name,
@@ -118,6 +140,8 @@ def run_info(cfg, method_name: str, k, device, choice: dict) -> dict:
         "model": str(cfg.model.name),
         "batch": int(cfg.get("batch", 1)),  # conversations decoded together (bench.run.batched)
         "kv_dtype": choice.get("kv_dtype", choice["dtype"]),  # the KV cache's (model.kv_dtype)
+        "target_format": target_format(choice),
+        "draft_format": draft_format(method_info or {}),
     }
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report import charts, tables
+from bench.report import charts, tables, targets
 from bench.report.batch import batch_section
 from bench.report.group import SECTIONS, Group
 from bench.report.runs import load_runs, slug
@@ -153,7 +153,8 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
         "",
         "Contents: "
         + " · ".join(f"[{g}](#{slug(g)})" for g in groups)
-        + " · [Device comparison](#device-comparison) · [Losslessness](#losslessness) · "
+        + " · [Each method on each target](#targets) · [Device comparison](#device-comparison)"
+        + " · [Losslessness](#losslessness) · "
         + ("[Under load](#under-load) · " if loaded.any() or serve.any() else "")
         + "[Runs](#runs)",
         "",
@@ -164,6 +165,7 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
         for section in SECTIONS:
             section(x)
     if len(cells):
+        targets.section(w, cells)
         device_section(w, cells)
         lossless_section(w, cells, recs)
     if loaded.any() or serve.any():  # in-process batches and servers: one section, named apart

@@ -28,7 +28,7 @@ import yaml
 from groundfloor.paths import CONF
 
 CONF_METHOD = CONF / "method"
-CELL = ["group", "method", "k", "temperature", "batch", "task"]
+CELL = ["group", "method", "draft_format", "k", "temperature", "batch", "task"]
 # records.jsonl's columns the report leaves out: each turn's token ids (every other column, a
 # new measurement included, is read as the run wrote it)
 LEFT_OUT = ["output_ids"]
@@ -154,6 +154,13 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
     for c in LATER_COLUMNS:
         if c not in cells:
             cells[c] = math.nan
+    if "target_format" not in cells:  # a run from before the formats had columns of their own
+        cells["target_format"] = cells["weights"] if "weights" in cells else dtype
+    if "draft_format" not in cells:
+        cells["draft_format"] = "none"
+    cells["method"] = own_label(cells)
+    if records is not None and "draft_format" in records:
+        records["method"] = own_label(records)
     if "batch" not in cells:  # a run from before batch=B (or a server cell): one at a time
         cells["batch"] = 1
     cells["batch"] = cells["batch"].fillna(1).astype(int)
@@ -162,6 +169,13 @@ def load_run(run: Path, agnostic: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]
     if records is None:
         records = pd.DataFrame(columns=list(ident) + ["device"])
     return normalize(cells, agnostic), normalize(records, agnostic)
+
+
+def own_label(df: pd.DataFrame) -> pd.Series:
+    """A self-draft (drafters/selfdraft.py) is a method config of its own beside the shipped
+    draft model: "draft self:int4"."""
+    own = df.draft_format.astype(str).str.startswith("self:")
+    return df.method.where(~own, df.method + " " + df.draft_format.astype(str))
 
 
 def normalize(df: pd.DataFrame, agnostic: set[str]) -> pd.DataFrame:

@@ -348,7 +348,14 @@ class Runner:
 
     def unit_records(self, prompt: Prompt, runs: dict) -> list[dict]:
         cfg = self.cfg
-        info = rec.run_info(cfg, self.method.name, self.k, self.device, self.choice)
+        info = rec.run_info(
+            cfg,
+            self.method.name,
+            self.k,
+            self.device,
+            self.choice,
+            getattr(self.method, "info", {}),
+        )
         names = {"baseline": self.baseline.name, "method": self.method.name}
         verdicts = turn_verdicts(
             self.target,

@@ -142,20 +142,20 @@ def main(argv=None) -> dict:
         for c in configs
         if c["engine"] == "hf" and not c["compile"]
     }
-    peer = start_peer(a.model, a.llamacpp)
+    peers = start_peers(a.model, a.llamacpp, configs)
     ars = {
         lbl: build_method("ar", Context(e, tok, device, e.dtype, None))
         for lbl, (e, _) in engines.items()
     }
     settle_heap()  # as a run does before its warm-up (groundfloor.clock)
-    times, tpot, outs = decode_interleaved(a, device, inputs, ars, gen_models, peer)
+    times, tpot, outs = decode_interleaved(a, device, inputs, ars, gen_models, peers)
     curves, split = {}, {}
     if not a.no_curve:  # ours and llama.cpp's, interleaved round by round; medians of rounds
-        curves = measure_curves(engines, peer, a.repeats)
+        curves = measure_curves(engines, peers, a.repeats)
         lens = [len(ids) + a.tokens / 2 for ids in inputs]  # the mean cache length of a TPOT
         for lbl, (eng, _) in engines.items():
             split[lbl] = tpot_split(eng, statistics.median(tpot[("ours", lbl)]), lens)
-    if peer is not None:
+    for peer in peers.values():
         peer.close()
     bw = probe.read_bandwidth(device)
     n = a.tokens * len(inputs)
@@ -180,8 +180,10 @@ def main(argv=None) -> dict:
             row["tpot_split"] = split[c["label"]]
         result["rows"].append(row)
     result["generate_tokens_per_s"] = gen_tps
-    if peer is not None:
-        result["llamacpp"] = peer_summary(peer, result["rows"], n, times, tpot, outs, curves)
+    result["llamacpp"] = {
+        fmt: peer_summary(fmt, peer, result["rows"], n, times, tpot, outs, curves)
+        for fmt, peer in peers.items()
+    }
     report(result)
     if a.out:
         with open(a.out, "w") as f:
@@ -189,19 +191,18 @@ def main(argv=None) -> dict:
     return result
 
 
-def decode_interleaved(a, device, inputs, ars, gen_models, peer) -> tuple[dict, dict, dict]:
+def decode_interleaved(a, device, inputs, ars, gen_models, peers) -> tuple[dict, dict, dict]:
     """Every side (our engines' ar, generate() per dtype, llama.cpp) on every prompt, warmed
     up outside the clock, the sides' order rotated from repeat to repeat: per side the median
     time of each prompt, the median TPOT of each prompt, and the last repeat's greedy ids."""
     greedy, clock = SamplingParams(), Clock(device)
     sides = [("ours", lbl) for lbl in ars] + [("generate", d) for d in gen_models]
-    if peer is not None:
-        sides.append(("llamacpp", peer.version))
+    sides += [("llamacpp", fmt) for fmt in peers]  # one per GGUF: the file's format
     for kind, key in sides:  # warm-up (and compile) outside the clock
         if kind == "ours":
             generate(ars[key], inputs[0], 8, greedy, set(), clock, device=device)
         elif kind == "llamacpp":
-            peer.decode(inputs[0], 8)
+            peers[key].decode(inputs[0], 8)
         else:
             hf_generate(gen_models[key], inputs[0], 8, device)
     times, outs = {s: [] for s in sides}, {s: [] for s in sides}
@@ -218,7 +219,7 @@ def decode_interleaved(a, device, inputs, ars, gen_models, peer) -> tuple[dict, 
                     per_tpot[s].append((wall - res.times_ns["ttft"] / 1e9) / (a.tokens - 1))
                     last[s] = res.output_ids
                 elif s[0] == "llamacpp":
-                    last[s], t_prefill, t_decode = peer.decode(ids, a.tokens)
+                    last[s], t_prefill, t_decode = peers[s[1]].decode(ids, a.tokens)
                     per[s].append(t_prefill + t_decode)
                     per_tpot[s].append(t_decode / (a.tokens - 1))
                 else:
@@ -263,16 +264,17 @@ def config_row(c, configs, engines, n, bw, times, tpot, outs, gen_tps) -> dict:
     }
 
 
-def peer_summary(peer, rows, n, times, tpot, outs, curves) -> dict:
-    """llama.cpp's line: its tokens/s, TPOT, c(q) and greedy agreement with our float32 engine."""
-    side = ("llamacpp", peer.version)
+def peer_summary(fmt, peer, rows, n, times, tpot, outs, curves) -> dict:
+    """llama.cpp's line on one GGUF: its tokens/s, TPOT, c(q) and greedy agreement with our
+    float32 engine."""
+    side = ("llamacpp", fmt)
     ref = next((r for r in rows if r["weights"] == "float32"), None)
     return {
         "version": peer.version,
         "gguf": str(peer.gguf),
         "tokens_per_s": n / sum(times[side]),
         "tpot_ms": 1e3 * statistics.median(tpot[side]),
-        "c_ms": {q: v * 1e3 for q, v in curves.get("llamacpp", {}).items()},
+        "c_ms": {q: v * 1e3 for q, v in curves.get(f"llamacpp:{fmt}", {}).items()},
         # greedy agreement with our float32 engine (the GGUF's values exactly); llama.cpp
         # quantizes activations per block, so near-ties may go either way
         "same_greedy_as": ref
@@ -280,16 +282,16 @@ def peer_summary(peer, rows, n, times, tpot, outs, curves) -> dict:
     }
 
 
-def measure_curves(engines: dict, peer, rounds: int) -> dict:
-    """{label: {q: seconds}} for each engine and, with a peer, "llamacpp": c(q) after 128 cached
-    tokens, logits for every row, each side timed in turn within a round, `rounds` rounds with
-    the order rotating; medians over the rounds."""
-    sides = list(engines) + (["llamacpp"] if peer is not None else [])
+def measure_curves(engines: dict, peers: dict, rounds: int) -> dict:
+    """{label: {q: seconds}} for each engine and each peer ("llamacpp:FORMAT"): c(q) after 128
+    cached tokens, logits for every row, each side timed in turn within a round, `rounds` rounds
+    with the order rotating; medians over the rounds."""
+    sides = list(engines) + [f"llamacpp:{fmt}" for fmt in peers]
     got = {s: {} for s in sides}
     for r in range(max(1, rounds)):
         for s in sides[r % len(sides) :] + sides[: r % len(sides)]:
-            if s == "llamacpp":
-                costs = peer.curve(CURVE, context=128, repeats=3)
+            if s.startswith("llamacpp:"):
+                costs = peers[s.split(":", 1)[1]].curve(CURVE, context=128, repeats=3)
             else:
                 costs = probe.step_costs(engines[s][0], CURVE, repeats=3)
             for q, t in costs.items():
@@ -318,16 +320,30 @@ def tpot_split(eng, tpot_s: float, lens: list[float]) -> dict:
     }
 
 
-def start_peer(model: str, mode: str):
-    """llama.cpp's worker on the model's GGUF, or None (off, not installed, or no GGUF)."""
+def start_peers(model: str, mode: str, configs: list[dict]) -> dict:
+    """llama.cpp's workers by GGUF format: on the model's own GGUF, and where a config runs
+    the 16-bit copy (weights bfloat16), on a BF16 GGUF of the same weights (engines.bf16gguf);
+    {} when off, not installed or without a GGUF. A worker that dies starting is one line."""
+    from engines import bf16gguf
+    from engines.load import gguf_format
+
     gguf = embedded_gguf(model)
     python = llamacpp_peer.venv_python()
     if mode == "off" or gguf is None or not python.exists():
         if mode != "off":
             why = "the model has no GGUF file" if gguf is None else f"{python} is missing"
             print(f"llama.cpp not measured: {why} (make install-llamacpp)")
-        return None
-    return llamacpp_peer.Peer(gguf, python)
+        return {}
+    files = {gguf_format(gguf): gguf}
+    if any(c["weights"] == "bfloat16" and c["engine"] == "lean" for c in configs):
+        files["BF16"] = bf16gguf.written(gguf)
+    peers = {}
+    for fmt, path in files.items():
+        try:
+            peers[fmt] = llamacpp_peer.Peer(path, python)
+        except RuntimeError as e:  # the worker died starting (its own error, in one line)
+            print(f"llama.cpp not measured on {fmt}: {e}")
+    return peers
 
 
 def _cpu() -> str:
@@ -360,24 +376,26 @@ def report(r: dict) -> None:
             f"{vs:>6s} {row['roofline_tokens_per_s']:9.1f} {row['of_roofline']:7.0%} "
             f"{same:>5s}"
         )
-    lc = r.get("llamacpp")
-    if lc:
+    peers = r.get("llamacpp") or {}
+    for fmt, lc in peers.items():
         same = lc["same_greedy_as"] or {}
         agree = " ".join(f"same greedy as {k}: {v}/{r['prompts']}" for k, v in same.items())
         print(
-            f"  llama.cpp {lc['version']} (same GGUF): {lc['tokens_per_s']:.2f} tokens/s, "
+            f"  llama.cpp {lc['version']} on the {fmt} GGUF: {lc['tokens_per_s']:.2f} tokens/s, "
             f"TPOT {lc['tpot_ms']:.1f} ms; {agree}"
         )
-        for row in r["rows"]:
+    for row in r["rows"]:  # each config against llama.cpp on the same weights
+        fmt = "BF16" if row["weights"] == "bfloat16" else next(iter(peers), None)
+        if fmt in peers and (row["weights"] != "bfloat16" or fmt == "BF16"):
             print(
                 f"  {row['config']:24s} TPOT {row['tpot_ms']:6.1f} ms = "
-                f"{row['tpot_ms'] / lc['tpot_ms']:.2f}× llama.cpp's"
+                f"{row['tpot_ms'] / peers[fmt]['tpot_ms']:.2f}× llama.cpp's on {fmt}"
             )
     if r["rows"] and "c_ratio" in r["rows"][0]:
-        report_curves(r["rows"], lc)
+        report_curves(r["rows"], peers)
 
 
-def report_curves(rows: list[dict], lc: dict | None) -> None:
+def report_curves(rows: list[dict], peers: dict) -> None:
     """c(q)/c(1) and c(q) − c(1) of each configuration (and llama.cpp's), then the TPOT split."""
     qs = list(rows[0]["c_ratio"])
     print(
@@ -386,8 +404,7 @@ def report_curves(rows: list[dict], lc: dict | None) -> None:
         + "   (after 128 cached tokens, logits for every row, interleaved)"
     )
     curves = [(row["config"], row["c_ms"]) for row in rows]
-    if lc and lc.get("c_ms"):
-        curves.append((f"llama.cpp {lc['version']}", lc["c_ms"]))
+    curves += [(f"llama.cpp {fmt}", lc["c_ms"]) for fmt, lc in peers.items() if lc.get("c_ms")]
     for name, c in curves:
         print(f"  {name:24s} {c[1]:7.2f}  " + " ".join(f"{c[q] / c[1]:6.2f}" for q in qs if q in c))
     print(f"  c(q) − c(1), ms{'':17s}" + " ".join(f"q={q:<4}" for q in qs[1:]))

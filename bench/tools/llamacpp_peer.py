@@ -40,24 +40,37 @@ class Peer:
             raise FileNotFoundError(f"{python} does not exist (make install-llamacpp)")
         threads = threads or len(os.sched_getaffinity(0))
         self.gguf = Path(gguf)
+        self.errors = tempfile.TemporaryFile(mode="w+")  # the worker's stderr, read if it dies
         self.proc = subprocess.Popen(
             [str(python), __file__, str(gguf), "--threads", str(threads)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=tempfile.TemporaryFile(mode="w+"),
+            stderr=self.errors,
             text=True,
         )
         self.version = self._ask({"version": True})["version"]
 
     def _ask(self, msg: dict) -> dict:
-        self.proc.stdin.write(json.dumps(msg) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        try:
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
         if not line:
-            self.proc.stderr.seek(0)
-            tail = self.proc.stderr.read()[-1500:]
-            raise RuntimeError(f"the llama.cpp worker exited ({self.proc.poll()}): {tail}")
+            raise RuntimeError(self.death())
         return json.loads(line)
+
+    def death(self) -> str:
+        """One line: how the worker ended (its exit status or signal) and its own last error."""
+        import signal
+
+        rc = self.proc.wait(timeout=30)
+        how = f"signal {-rc} ({signal.Signals(-rc).name})" if rc < 0 else f"exit status {rc}"
+        self.errors.seek(0)
+        lines = [x.strip() for x in self.errors.read().splitlines() if x.strip()]
+        last = lines[-1][:300] if lines else "nothing on its stderr"
+        return f"the llama.cpp worker ({self.gguf.name}) died, {how}: {last}"
 
     def decode(self, ids: list[int], n: int) -> tuple[list[int], float, float]:
         r = self._ask({"ids": list(map(int, ids)), "n": int(n)})
