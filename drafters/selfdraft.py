@@ -13,6 +13,9 @@ model.draft=self:q4_1` or `self:int4`, for a target at 16 bits on the lean engin
                 16-bit model, still optimistic (the 16-bit weights here are themselves a 4-bit
                 file's values, which a coarser grid meets more often than a real model's).
 Both keep their own KV cache and run the same decode loop as any draft model (methods/draft.py).
+With a draft vocabulary (method.draft_vocab: an EAGLE-3 head's d2t, the ids it drafts) the
+output layer keeps only those rows, the draft's largest product cut to their share (8,192 of
+49,152 rows for the shipped head); the draft then proposes only those ids.
 """
 
 from __future__ import annotations
@@ -55,10 +58,14 @@ def symmetric_q4(w: torch.Tensor):
     return Q4_1(q.view(o, i), d, -8 * d)
 
 
-def load_engine(kind: str, target, model_cfg, device):
-    """(draft engine, what it is in words) for self:`kind` beside the running `target`."""
-    from engines import native
-    from engines.load import Source, load
+def load_engine(kind: str, target, model_cfg, device, d2t: torch.Tensor | None = None):
+    """(draft engine, what it is in words) for self:`kind` beside the running `target`; with
+    `d2t` (draft vocabulary → target ids) its output layer keeps those rows only."""
+    import copy
+
+    from engines import build, gguf, native
+    from engines.lean import LeanEngine
+    from engines.load import Source
 
     spec = str(model_cfg.get("target"))
     if target.name != "lean":
@@ -75,27 +82,34 @@ def load_engine(kind: str, target, model_cfg, device):
                 "model.draft=self:q4_1 drafts with the file the target already runs "
                 "(model.weights=int4): use model.weights=bfloat16"
             )
-        eng, _ = load(spec, device, engine="lean", weights="int4", dtype="float32")
-        return eng, f"the shipped Q4_1 file ({eng.source})"
-    if target.weights not in ("bfloat16", "float16", "float32"):
+        tensors, _ = gguf.read(source.gguf)
+        kernel = "native_q8a" if native.integer_simd() else "native"
+        what = f"the shipped Q4_1 file's blocks, {kernel}"
+    elif target.weights not in ("bfloat16", "float16", "float32"):
         raise UserError(
             f"model.draft=self:int4 quantizes a 16-bit target's weights; this target runs "
             f"model.weights={target.weights}: use model.weights=bfloat16"
         )
-    from engines import build
-    from engines.lean import LeanEngine
-
-    if source.gguf is not None:
-        from engines import bf16file
-
-        tensors = bf16file.tensors(source.gguf)
     else:
-        tensors = build.state_dict_of(str(source.local_dir()))
-    quantized = {
-        name: symmetric_q4(t) if name.split(".")[-2] in PROJECTIONS and t.dim() == 2 else t
-        for name, t in tensors.items()
-    }
-    kernel = "native_q8a" if native.integer_simd() else "native"
-    model = build.build(source.config, quantized, "int4", torch.float32, device, kernel)
-    what = f"the target's {target.weights} weights as symmetric int4 (groups of 32), {kernel}"
+        if source.gguf is not None:
+            from engines import bf16file
+
+            tensors = bf16file.tensors(source.gguf)
+        else:
+            tensors = build.state_dict_of(str(source.local_dir()))
+        tensors = {
+            name: symmetric_q4(t) if name.split(".")[-2] in PROJECTIONS and t.dim() == 2 else t
+            for name, t in tensors.items()
+        }
+        kernel = "native_q8a" if native.integer_simd() else "native"
+        what = f"the target's {target.weights} weights as symmetric int4 (groups of 32), {kernel}"
+    config = source.config
+    if d2t is not None:  # the output layer's rows of the draft vocabulary only
+        head = tensors.get("lm_head.weight", tensors["model.embed_tokens.weight"])
+        rows = head.rows(d2t) if isinstance(head, (gguf.Q4_1, gguf.Q8_0)) else head[d2t]
+        tensors = {**tensors, "lm_head.weight": rows}
+        config = copy.deepcopy(config)
+        config.tie_word_embeddings = False
+        what += f", output layer reduced to a draft vocabulary of {len(d2t)}"
+    model = build.build(config, tensors, "int4", torch.float32, device, kernel)
     return LeanEngine(model, "int4", what), what

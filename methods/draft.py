@@ -35,8 +35,11 @@ class Draft(Method):
         self.weights, own = "float", selfdraft.kind_of(path)
         if own is not None:  # the target's own 4-bit copy (drafters.selfdraft)
             self.k = self.chain_k(steps_per_token=1, prior=auto.PRIOR)
-            self.model, what = selfdraft.load_engine(own, ctx.target, ctx.model_cfg, ctx.device)
-            self.d2t, self.vocab = None, ctx.target.vocab_size
+            self.d2t = self._draft_vocab(cfg.get("draft_vocab"), ctx)
+            self.model, what = selfdraft.load_engine(
+                own, ctx.target, ctx.model_cfg, ctx.device, self.d2t
+            )
+            self.vocab = ctx.target.vocab_size
             self.info = {"drafter_weights": "int4", "draft_model": f"self:{own}: {what}"}
             return
         local = Path(resolve_path(str(path)))
@@ -60,6 +63,24 @@ class Draft(Method):
             self.d2t = None
         self.vocab = ctx.target.vocab_size
         self.info = {"drafter_weights": self.weights}
+
+    @staticmethod
+    def _draft_vocab(spec, ctx) -> torch.Tensor | None:
+        """method.draft_vocab (self-drafts): none, or a drafter's folder (its d2t: the ids it
+        drafts), or a model config's drafter by name (eagle3: the shipped head's)."""
+        if spec in (None, "none"):
+            return None
+        from drafters import storage
+
+        path = ctx.model_cfg.get(str(spec)) or spec
+        try:
+            d2t = storage.read(Path(resolve_path(str(path))) / "model.safetensors")["d2t"]
+        except (OSError, KeyError) as e:
+            raise UserError(
+                f"method.draft_vocab={spec!r}: no draft vocabulary (d2t) there ({e}); use none, "
+                "eagle3 or a drafter folder holding one"
+            )
+        return d2t.long()
 
     def static_bytes(self) -> int:
         # the draft's own weights: a distilled draft's shared embeddings are the target's

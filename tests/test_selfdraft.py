@@ -113,3 +113,24 @@ def test_the_embedded_q4_1_self_draft_is_the_shipped_file():
     with pytest.raises(UserError, match="drafts with the file the target already runs"):
         ctx = ctx_for("embedded:smollm2-135m", "self:q4_1", "int4")
         build_method(method_config("draft", {}), ctx)
+
+
+def test_a_self_draft_with_a_draft_vocabulary_is_still_lossless(tiny_bf16_dir, tmp_path):
+    """method.draft_vocab: the output layer keeps the draft vocabulary's rows only; drafts are
+    those ids, mapped back; the target's decoding is unchanged."""
+    from safetensors.torch import save_file
+
+    d2t = torch.arange(0, 128, 2)  # half of the tiny vocabulary
+    save_file({"d2t": d2t}, str(tmp_path / "model.safetensors"))
+    ctx = ctx_for(tiny_bf16_dir, "self:int4")
+    ar = build_method(method_config("ar", {}), ctx)
+    dr = build_method(method_config("draft", {"draft_vocab": str(tmp_path)}), ctx)
+    assert dr.model.model.output.out_features == 64
+    assert dr.info["draft_model"].endswith("output layer reduced to a draft vocabulary of 64")
+    dr.calibrate(FLAT)
+    dr.force_drafting(True)
+    for p in prompts(2, seed=5):
+        res = run(dr, p, n=16)
+        assert res.output_ids == run(ar, p, n=16).output_ids
+    with pytest.raises(UserError, match="method.draft_vocab='/nonexistent': no draft vocabulary"):
+        build_method(method_config("draft", {"draft_vocab": "/nonexistent"}), ctx)
