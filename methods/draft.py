@@ -33,6 +33,12 @@ class Draft(Method):
                 "method=draft needs a draft model: set model.draft=<HF id or directory>"
             )
         self.weights, own = "float", selfdraft.kind_of(path)
+        vocab = cfg.get("draft_vocab")
+        if own is None and vocab not in (None, "none"):
+            raise UserError(
+                f"method.draft_vocab={vocab!r} applies to self-drafts only (model.draft="
+                "self:q4_1 or self:int4); use none"
+            )
         if own is not None:  # the target's own 4-bit copy (drafters.selfdraft)
             self.k = self.chain_k(steps_per_token=1, prior=auto.PRIOR)
             self.d2t = self._draft_vocab(cfg.get("draft_vocab"), ctx)
