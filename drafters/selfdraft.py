@@ -67,43 +67,12 @@ def load_engine(kind: str, target, model_cfg, device, d2t: torch.Tensor | None =
     from engines.lean import LeanEngine
     from engines.load import Source
 
-    spec = str(model_cfg.get("target"))
     if target.name != "lean":
         raise UserError(f"model.draft=self:{kind} needs engine=lean (the draft runs our kernels)")
-    source = Source(spec)
-    if kind == "q4_1":
-        if source.gguf is None:
-            raise UserError(
-                f"model.draft=self:q4_1 drafts with the GGUF file behind an embedded target; "
-                f"{spec} has none: use model.draft=self:int4"
-            )
-        if target.weights == "int4":
-            raise UserError(
-                "model.draft=self:q4_1 drafts with the file the target already runs "
-                "(model.weights=int4): use model.weights=bfloat16"
-            )
-        tensors, _ = gguf.read(source.gguf)
-        kernel = "native_q8a" if native.integer_simd() else "native"
-        what = f"the shipped Q4_1 file's blocks, {kernel}"
-    elif target.weights not in ("bfloat16", "float16", "float32"):
-        raise UserError(
-            f"model.draft=self:int4 quantizes a 16-bit target's weights; this target runs "
-            f"model.weights={target.weights}: use model.weights=bfloat16"
-        )
-    else:
-        if source.gguf is not None:
-            from engines import bf16file
-
-            tensors = bf16file.tensors(source.gguf)
-        else:
-            tensors = build.state_dict_of(str(source.local_dir()))
-        tensors = {
-            name: symmetric_q4(t) if name.split(".")[-2] in PROJECTIONS and t.dim() == 2 else t
-            for name, t in tensors.items()
-        }
-        kernel = "native_q8a" if native.integer_simd() else "native"
-        what = f"the target's {target.weights} weights as symmetric int4 (groups of 32), {kernel}"
-    config = source.config
+    source = Source(str(model_cfg.get("target")))
+    tensors, what = stored_tensors(kind, target, source)
+    kernel = "native_q8a" if native.integer_simd() else "native"
+    what, config = f"{what}, {kernel}", source.config
     if d2t is not None:  # the output layer's rows of the draft vocabulary only
         head = tensors.get("lm_head.weight", tensors["model.embed_tokens.weight"])
         rows = head.rows(d2t) if isinstance(head, (gguf.Q4_1, gguf.Q8_0)) else head[d2t]
@@ -113,3 +82,38 @@ def load_engine(kind: str, target, model_cfg, device, d2t: torch.Tensor | None =
         what += f", output layer reduced to a draft vocabulary of {len(d2t)}"
     model = build.build(config, tensors, "int4", torch.float32, device, kernel)
     return LeanEngine(model, "int4", what), what
+
+
+def stored_tensors(kind: str, target, source) -> tuple[dict, str]:
+    """The self-draft's tensors by transformers name (int4 projections as Q4_1 blocks), and
+    what they are; one error line where the target does not allow `kind`."""
+    from engines import build, gguf
+
+    if kind == "q4_1":
+        if source.gguf is None:
+            raise UserError(
+                f"model.draft=self:q4_1 drafts with the GGUF file behind an embedded target; "
+                f"{source.spec} has none: use model.draft=self:int4"
+            )
+        if target.weights == "int4":
+            raise UserError(
+                "model.draft=self:q4_1 drafts with the file the target already runs "
+                "(model.weights=int4): use model.weights=bfloat16"
+            )
+        return gguf.read(source.gguf)[0], "the shipped Q4_1 file's blocks"
+    if target.weights not in ("bfloat16", "float16", "float32"):
+        raise UserError(
+            f"model.draft=self:int4 quantizes a 16-bit target's weights; this target runs "
+            f"model.weights={target.weights}: use model.weights=bfloat16"
+        )
+    if source.gguf is not None:
+        from engines import bf16file
+
+        tensors = bf16file.tensors(source.gguf)
+    else:
+        tensors = build.state_dict_of(str(source.local_dir()))
+    tensors = {
+        name: symmetric_q4(t) if name.split(".")[-2] in PROJECTIONS and t.dim() == 2 else t
+        for name, t in tensors.items()
+    }
+    return tensors, f"the target's {target.weights} weights as symmetric int4 (groups of 32)"
