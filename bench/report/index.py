@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report import charts, tables, targets
+from bench.report import charts, tables
 from bench.report.batch import batch_section
 from bench.report.group import SECTIONS, Group
 from bench.report.runs import load_runs, slug
@@ -165,6 +165,8 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
         for section in SECTIONS:
             section(x)
     if len(cells):
+        from bench.report import targets  # (also run alone: python -m bench.report.targets)
+
         targets.section(w, cells)
         device_section(w, cells)
         lossless_section(w, cells, recs)

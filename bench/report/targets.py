@@ -25,6 +25,8 @@ PLAIN = "plain decoding (ar)"
 def overall(cells: pd.DataFrame) -> pd.DataFrame:
     """One row per (target, method config): each cell's row over all its tasks, labelled."""
     c = cells[(cells.category == "all") & (cells.batch == 1)]
+    if "engine" in c:  # our engine on each target; transformers' peers decode on their own
+        c = c[c.engine != "hf"]
     many = c.groupby("run").task.transform("nunique") > 1
     return c[~many | (c.task == "all")].assign(label=lambda d: d.method)
 
