@@ -80,13 +80,16 @@ class Draft(Method):
 
         path = ctx.model_cfg.get(str(spec)) or spec
         try:
-            d2t = storage.read(Path(resolve_path(str(path))) / "model.safetensors")["d2t"]
+            state = storage.read(Path(resolve_path(str(path))) / "model.safetensors")
+            d2t = state["d2t"].long()
         except (OSError, KeyError) as e:
             raise UserError(
                 f"method.draft_vocab={spec!r}: no draft vocabulary (d2t) there ({e}); use none, "
                 "eagle3 or a drafter folder holding one"
             )
-        return d2t.long()
+        if "t2d" in state:  # an EAGLE-3 head's file: offsets, target id = d + d2t[d]
+            d2t = d2t + torch.arange(d2t.numel())
+        return d2t
 
     def static_bytes(self) -> int:
         # the draft's own weights: a distilled draft's shared embeddings are the target's

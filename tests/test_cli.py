@@ -367,10 +367,12 @@ def test_engine_check_configs_name_dtype_kernel_and_compile():
     c = parse("lean:int4:native_q8a")
     assert (c["weights"], c["dtype"], c["kernel"], c["compile"]) == (
         "int4",
-        "float32",
+        "auto",  # lean's own choice, resolved at load (float32 on our kernels)
         "native_q8a",
         False,
     )
+    assert parse("lean:bfloat16")["dtype"] == "auto"  # float32 activations on native_bf16
+    assert parse("lean:bfloat16:bfloat16")["dtype"] == "bfloat16"
     c = parse("hf:bfloat16:compile")
     assert (c["dtype"], c["kernel"], c["compile"]) == ("bfloat16", "auto", True)
     with pytest.raises(SystemExit, match="engine:weights"):

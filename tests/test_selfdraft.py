@@ -132,5 +132,11 @@ def test_a_self_draft_with_a_draft_vocabulary_is_still_lossless(tiny_bf16_dir, t
     for p in prompts(2, seed=5):
         res = run(dr, p, n=16)
         assert res.output_ids == run(ar, p, n=16).output_ids
+    # an EAGLE-3 head's file stores offsets (target id = d + d2t[d]) beside its t2d
+    (tmp_path / "e3").mkdir()
+    offsets = {"d2t": d2t - torch.arange(64), "t2d": torch.zeros(128, dtype=torch.bool)}
+    save_file(offsets, str(tmp_path / "e3" / "model.safetensors"))
+    e3 = build_method(method_config("draft", {"draft_vocab": str(tmp_path / "e3")}), ctx)
+    assert torch.equal(e3.d2t, d2t)
     with pytest.raises(UserError, match="method.draft_vocab='/nonexistent': no draft vocabulary"):
         build_method(method_config("draft", {"draft_vocab": "/nonexistent"}), ctx)

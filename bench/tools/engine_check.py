@@ -63,7 +63,10 @@ def parse(spec: str) -> dict:
     w, rest = parts[1], parts[2:]
     kernel = next((p for p in rest if p in KERNELS), "auto")
     dtypes = [p for p in rest if p not in KERNELS and p != "compile"]
-    dtype = dtypes[0] if dtypes else (w if w in ("float32", "bfloat16", "float16") else "float32")
+    # hf runs a float format as its dtype; lean chooses its own (float32 activations on our
+    # kernels, bfloat16 weights included), resolved at load
+    floats = ("float32", "bfloat16", "float16")
+    dtype = dtypes[0] if dtypes else (w if parts[0] == "hf" and w in floats else "auto")
     return {
         "engine": parts[0],
         "weights": w,
@@ -131,6 +134,7 @@ def main(argv=None) -> dict:
             compile=c["compile"],
         )
         engines[c["label"]] = (eng, choice)
+        c["dtype"] = choice["dtype"]  # as resolved (lean's auto)
     if a.per_task:
         prompts = load_prompts(_task_cfg(a.task), limit=a.per_task)
     else:
