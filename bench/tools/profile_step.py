@@ -40,7 +40,7 @@ GROUPS = (
     # grouped below) leave, i.e. our kernels inside it (projections, norms, rotary)
     ("layer_ (our kernels inside the one-call layer)", ("layer_",)),
     ("q4_linear (int4 projections)", ("q4_linear",)),
-    ("packed_linear (int8-activation products on repacked tiles)", ("packed_linear",)),
+    ("packed_linear (our products on repacked tiles: q8a, bf16)", ("packed_linear",)),
     ("q8_linear (the output layer at int4)", ("q8_linear",)),
     ("torch matrix products", ("_weight_int", "aten::mm", "aten::addmm", "aten::linear")),
     (
