@@ -69,24 +69,9 @@ struct BLanes {
 
 using BMicro = std::conditional_t<IsaMicro<Family::bf16>::present, IsaMicro<Family::bf16>, BLanes>;
 
-// y (M, N): threads take tiles; within a tile, input rows in chunks of up to MAX_M.
+// y (M, N): threads take tiles; within a tile, input rows in chunks of up to MAX_M (gemm.h).
 inline void bf16_product(const RB& w, const XB& x, int64_t M, float* y, int64_t N) {
-  constexpr int MAX_M = BMicro::MAX_M;
-  const int64_t tiles = (N + TILE - 1) / TILE;
-  at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
-    float out[MAX_M * TILE];
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t n0 = t * TILE, rows = std::min(TILE, N - n0);
-      for (int64_t m0 = 0; m0 < M; m0 += MAX_M) {
-        const int64_t mm = std::min<int64_t>(MAX_M, M - m0);
-        with_size<1, MAX_M>(mm, [&](auto c) {
-          BMicro::template tile<decltype(c)::value>(w, t, x.at(m0), out);
-        });
-        for (int64_t m = 0; m < mm; ++m)
-          std::copy(out + m * TILE, out + m * TILE + rows, y + (m0 + m) * N + n0);
-      }
-    }
-  });
+  tiled<BMicro>(w, x, M, y, N);
 }
 
 // x (M, K) float32 against repacked weights (tiles, K/32, 1024) of N rows. The rounded rows live

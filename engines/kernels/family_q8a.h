@@ -36,22 +36,7 @@ inline void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float
 // y (M, N) for repacked weights w (N output rows) and quantized rows x.
 template <typename W>
 void q8a_product(const W& w, const XQ& x, int64_t M, float* y, int64_t N) {
-  constexpr int MAX_M = RMicro::MAX_M;
-  const int64_t tiles = (N + TILE - 1) / TILE;
-  at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
-    float out[MAX_M * TILE];
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t n0 = t * TILE, rows = std::min(TILE, N - n0);
-      for (int64_t m0 = 0; m0 < M; m0 += MAX_M) {
-        const int64_t mm = std::min<int64_t>(MAX_M, M - m0);
-        with_size<1, MAX_M>(mm, [&](auto c) {
-          RMicro::template tile<decltype(c)::value>(w, t, x.at(m0), out);
-        });
-        for (int64_t m = 0; m < mm; ++m)
-          std::copy(out + m * TILE, out + m * TILE + rows, y + (m0 + m) * N + n0);
-      }
-    }
-  });
+  tiled<RMicro>(w, x, M, y, N);
 }
 
 // x (M, K) float32 against repacked weights (repack.h: packed (tiles, K/32, CHUNK) uint8) with

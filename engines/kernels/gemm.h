@@ -51,6 +51,29 @@ void gemm(const W& w, const X& x, int64_t M, float* y, int64_t N) {
   });
 }
 
+// The driver of the families whose weights are repacked into tiles of TILE output rows (q8a,
+// bf16): threads take tiles; within a tile the input rows go in chunks of up to Micro::MAX_M,
+// Micro::tile<MM>(w, t, x, out) writing out[m · TILE + r], copied into y (rows past N dropped).
+template <typename Micro, typename W, typename X>
+void tiled(const W& w, const X& x, int64_t M, float* y, int64_t N) {
+  constexpr int MAX_M = Micro::MAX_M;
+  const int64_t tiles = (N + TILE - 1) / TILE;
+  at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+    float out[MAX_M * TILE];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n0 = t * TILE, rows = std::min(TILE, N - n0);
+      for (int64_t m0 = 0; m0 < M; m0 += MAX_M) {
+        const int64_t mm = std::min<int64_t>(MAX_M, M - m0);
+        with_size<1, MAX_M>(mm, [&](auto c) {
+          Micro::template tile<decltype(c)::value>(w, t, x.at(m0), out);
+        });
+        for (int64_t m = 0; m < mm; ++m)
+          std::copy(out + m * TILE, out + m * TILE + rows, y + (m0 + m) * N + n0);
+      }
+    }
+  });
+}
+
 // Family F's product: the ISA's own microkernel where it has one that takes these inputs,
 // else the family's generic one.
 template <Family F, typename Generic, typename W, typename X>
