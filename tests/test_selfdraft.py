@@ -12,6 +12,7 @@ import torch
 from conftest import compose
 from helpers import GREEDY, prompts, run
 from omegaconf import OmegaConf
+from test_distcheck import tiny_run
 
 from bench.run.runner import execute
 from drafters import selfdraft
@@ -64,31 +65,10 @@ def test_the_self_draft_reproduces_the_16_bit_target(tiny_bf16_dir):
 
 
 def test_the_self_draft_keeps_the_target_distribution_at_temperature_1(tiny_bf16_dir, tmp_path):
+    # the distribution check's tiny run (test_distcheck), on the 16-bit target with its self-draft
+    extra = ["engine=lean", "model.weights=bfloat16", "model.draft=self:int4"]
     summary, _, _ = execute(
-        compose(
-            [
-                "method=draft",
-                "model=hf",
-                f"model.target={tiny_bf16_dir}",
-                "engine=lean",
-                "model.weights=bfloat16",
-                "model.draft=self:int4",
-                "device=cpu",
-                "task=code",
-                "limit=1",
-                "max_new_tokens=8",
-                "repeats=1",
-                "warmup=0",
-                "remeasure=0",
-                "temperature=1",
-                "top_k=8",
-                "check=distribution",
-                "dist_samples=200",
-                "dist_positions=3",
-                f"out={tmp_path}",
-            ]
-        ),  # fmt: skip
-        tmp_path,
+        compose(["method=draft", *tiny_run(tiny_bf16_dir, tmp_path, *extra)]), tmp_path
     )
     ev = json.loads((tmp_path / "distcheck.json").read_text())["tasks"]["code"]
     assert ev["status"] == "tested" and ev["accepted_tokens"] > 0
