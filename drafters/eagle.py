@@ -231,8 +231,9 @@ class EagleHead(nn.Module):
         return self.native is not None
 
     def step(self, feat, ids, positions, visible, cache, keep: int = 0) -> torch.Tensor:
-        """One drafting step of n rows after `cache` (methods.eagle.HeadCache, extended in place):
-        feat (n, H), ids (n,), positions (n,); visible (n, cached + n) bool, or None: causal.
+        """One drafting step of n rows after `cache` (drafters.headcache.HeadCache, extended
+        in place): feat (n, H), ids (n,), positions (n,); visible (n, cached + n) bool, or
+        None: causal.
         keep: the caller reads only the last `keep` rows' outputs (0: all), which the native
         step then computes alone (the cache still gains every row's keys and values).
         → outputs (n, H)."""

@@ -101,7 +101,7 @@ class NativeStep:
 
     def __call__(self, head, feat, ids, positions, visible, cache, keep: int = 0) -> torch.Tensor:
         """feat (n, H) features, ids (n,) tokens, positions (n,); visible (n, cached + n) bool or
-        None (causal); cache: methods.eagle.HeadCache, its n new entries written in place;
+        None (causal); cache: drafters.headcache.HeadCache, its n new entries written in place;
         keep: only the last `keep` rows' outputs are computed (0: all; the others' keys and
         values are still cached). → the head's outputs (n, H), rows before the kept ones
         meaningless."""

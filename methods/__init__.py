@@ -1,13 +1,25 @@
 """Speculative decoding methods: one file each, plus one YAML in `conf/method/`.
 
+    ar, ngram, draft, medusa, eagle, eagle3, suffix, sam, recycling, lookahead, oracle   methods
+    hf_ar, hf_pld, hf_assisted (on hf_generate)   transformers' own generate() modes, as peers
+    base         what a method is: Proposal, Accepted, Method, TreeMethod
+    registry     a method built from its YAML and the run's Context
+    knobs        a method's knobs as typed fields (and `need`, one line for a bad one)
+    sizing       which draft-size policy a method holds (auto/: k=auto's and a fixed k's)
+    budget       tree nodes per round from the engine's timed cost curve
+    static_trees static tree shapes as data
+    treeverify   one target forward over a token tree, and the accepted path kept
+
 To add a method `foo`:
 1. `methods/foo.py`: subclass `methods.base.Method`, set `name = "foo"`, override `draft`
    (and `prefill`, `accept`, `verify` if the drafter keeps state). A method that drafts a tree
    (or a chain it wants verified as one) subclasses `methods.base.TreeMethod`, returns a
    `TreeProposal` and inherits the shared verify and accept; `after_accept` reads the forward.
-   For k=auto a chain method calls `self.chain_k()`; a tree method names its policy in the
-   class attribute `policy` (methods.auto.TreeChooser or NodeRates) and calls
-   `self.use_auto(...)` with its sizes: the base class builds, calibrates and feeds it.
+   Its draft size is a policy it always holds (`self.policy`, methods.sizing): a chain method
+   sets `self.policy = sizing.chain(self)` and asks `self.policy.length()` each round; a tree
+   method builds its pair once (k=auto's methods.auto.TreeChooser or NodeRates, a fixed k's
+   FixedTree) and asks it the same questions either way; the base class calibrates and
+   feeds it. Nothing branches on which policy it is.
    Keep per-turn state in `state.aux`; state that outlives a turn (a cross-request cache) on
    the method object, updated in `finish`; never time anything; never decide when to stop.
 2. `conf/method/foo.yaml`: `_target_: methods.foo.Foo`, `name: foo`, `k: <default>`, knobs,

@@ -14,18 +14,18 @@ proofs: docs/sampling.md.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from omegaconf import OmegaConf
 
-from groundfloor.errors import UserError
-from groundfloor.sampling import accept_chain, accept_greedy, next_token, probs
+from groundfloor.sampling import accept_chain, accept_greedy, probs
 from groundfloor.state import DecodeState
 from groundfloor.tree import Tree, TreeLayout
 from groundfloor.tree import accept as accept_tree
-from methods import auto, budget
-from methods.auto import PRIOR, Chooser  # by name: in Method's body, `auto` is the policy
+from methods import budget, knobs, sizing
+from methods.auto import FixedChain, Plan
 from methods.treeverify import keep_path, verify_tree
 
 
@@ -36,12 +36,8 @@ class Proposal:
     tokens: torch.Tensor  # (m,) long
     q: torch.Tensor | None = None  # (m, V) draft probabilities at T > 0; None: point masses
     steps: int = 0  # sequential drafter forwards that made it (0: a lookup, no learned drafter)
-    # k=auto (methods.auto): what the policy chose and what it learns from after the verify
-    chosen: int | None = None  # draft length (chain) or nodes (tree) chosen; None: fixed k
-    bucket: object = None  # the context the rates are kept for (n-gram methods: match length)
-    confs: list | None = None  # a learned drafter's top probability before each drafted token
-    reach: list | None = None  # a tree's per-node reach estimate (its path's draft probability)
-    nodes: list | None = None  # a fixed tree's template ids of the drafted nodes
+    # what the round's draft-size policy chose, handed back to it after the verify (its learn)
+    plan: Plan = field(default_factory=Plan)
 
 
 @dataclass
@@ -75,10 +71,6 @@ class Method:
     baseline = "ar"  # the method the run interleaves as its baseline (conf/method/<baseline>)
     lossless = True  # False: an accept rule that may change the output (Medusa's typical)
     bound = False  # True: a bound to compare against, not a method to deploy (oracle)
-    auto = None  # k=auto: the methods.auto policy choosing each round's draft size
-    # k=auto's kind of policy (methods.auto): a chain's length (Chooser), a dynamic tree's nodes
-    # (TreeChooser), a static tree's pruning (NodeRates); use_auto builds it
-    policy = Chooser
     # k=auto reads each round's measured seconds; a sequence decoded among others (batch=B)
     # does not: its rounds' time is the batch's, and it plans on its share of the curve
     round_seconds = True
@@ -89,10 +81,15 @@ class Method:
         self.cfg = cfg
         self.ctx = ctx
         self.target = ctx.target  # an engines.base.Engine
+        # the draft-size policy (methods.sizing): k=auto's, or a fixed k's with the same
+        # interface; a method that drafts sets its own, one that does not drafts nothing
+        self.policy = FixedChain(0)
+        self.info: dict = {}
         if cfg is not None and "max_k" in cfg:
-            self.max_k()
+            sizing.max_k(self)
         one = cfg.get("alpha1_forced") if cfg is not None else None
-        self.need(
+        knobs.need(
+            self,
             one is None or (isinstance(one, Mapping) and all(k in cfg for k in one)),
             "alpha1_forced",
             OmegaConf.to_container(one) if OmegaConf.is_config(one) else one,
@@ -100,57 +97,22 @@ class Method:
             "every round: bench.run.forced)",
         )
         fixed = cfg.get("fixed_k") if cfg is not None else None
-        self.need(
+        knobs.need(
+            self,
             fixed is None or (isinstance(fixed, int) and fixed >= 1),
             "fixed_k",
             fixed,
             "use an integer >= 1 (what a fixed-length peer drafts when k=auto)",
         )
 
-    def need(self, ok: bool, knob: str, value, valid: str) -> None:
-        """One clear line for a bad knob: the knob, its value, what would be valid."""
-        if not ok:
-            raise UserError(f"method.{knob}={value!r} is not valid for {self.name}; {valid}")
-
-    def max_k(self) -> int:
-        """k=auto: the longest draft (or the largest tree) a round may choose (method.max_k)."""
-        m = self.cfg.get("max_k")
-        self.need(
-            isinstance(m, int) and m >= 1, "max_k", m, "use an integer >= 1 (k=auto's longest)"
-        )
-        return m
-
-    def chain_k(self, steps_per_token: int = 0, prior=PRIOR) -> int:
-        """The draft length of a chain method: k (top-level or the method's own), >= 1; with
-        k=auto the longest a round may draft, and `self.auto` chooses per round."""
-        k = self.ctx.k(self.cfg)
-        if k == auto.AUTO:
-            self.use_auto(self.max_k(), steps_per_token, prior)
-            return self.auto.max_k
-        self.need(
-            isinstance(k, int) and k >= 1, "k", k, "use an integer >= 1 (tokens drafted) or auto"
-        )
-        return k
-
-    def use_auto(self, *args) -> None:
-        """k=auto for this method: its class's `policy` built with the constructor's sizes. The
-        base class builds it here for every method, calibrates it after the run's warm-up
-        (calibrate) or before a turn no run calibrated (ready), and feeds it each round (learn);
-        a constructor never times anything."""
-        self.auto = self.policy(*args)
-
     def force_drafting(self, on: bool) -> None:
-        """k=auto: every round drafts while `on` (the run's measure of the drafter's cost per
-        step reads steady rounds: each after a drafted one, no catch-up in it)."""
-        if self.auto is not None:
-            self.auto.forced = on
+        """Every round drafts while `on` (the run's measure of the drafter's cost per step reads
+        steady rounds: each after a drafted one, no catch-up in it; a fixed k always does)."""
+        self.policy.forced = on
 
     def max_verify_width(self) -> int:
         """The most tokens one verify forward may append to the cache (sizes the cache)."""
-        if self.auto is not None:
-            return self.auto.max_k + 1
-        k = self.ctx.k(self.cfg) if self.cfg is not None else None
-        return (k if isinstance(k, int) else 0) + 1
+        return self.policy.max_k + 1
 
     # --- memory: extra weights and buffers this method holds beyond the target ---
     def static_bytes(self) -> int:
@@ -166,33 +128,20 @@ class Method:
     def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0, 0.0)) -> bool:
         """The run's cost curve, timed after warm-up ({q: seconds}), and what the warm-up turns
         measured: the drafter's (seconds per step, seconds per round) and the loop's overhead
-        per round beyond c(1): a method that sizes its draft from them re-chooses here; → True
-        when a fixed choice changed."""
-        if self.auto is not None:  # rates start again from the prior for the measured turns
-            self.auto.calibrate(costs, *drafting)
-            self.auto.reset()
-            self.record_auto()
-        return False
+        per round beyond c(1), for the policy (Policy.calibrate; its rates start again from
+        the prior for the measured turns), whose summary joins the method's info (env.json);
+        → True when a fixed size changed."""
+        changed = self.policy.calibrate(costs, *drafting)
+        self.info["policy"] = self.policy.summary()
+        return changed
 
     def ready(self, key: tuple | None = None) -> None:
-        """Before a turn (untimed): a k=auto policy the run has not calibrated yet (a method
-        driven without the runner's warm-up: tests, tools) plans with the engine's curve, or
-        a quick one (methods.budget.provisional). Constructors never time the engine; the run
-        calibrates once, after warm-up (calibrate). `key` (the turn's prompt ids): a turn seen
-        before starts from the policy's state when it was first seen (Policy.enter), so each
-        repeat of a prompt starts where repeat 0 started, not tuned by it to its own text."""
-        if self.auto is not None and self.auto.costs is None:
-            self.auto.calibrate(budget.provisional(self.target))
-        if self.auto is not None and key is not None:
-            self.auto.enter(key)
-
-    def record_auto(self) -> None:
-        """k=auto's policy in the method's info, which the run stores in env.json: what the run
-        measured (the curve's c(1), the drafter's cost per step and per round), its limits,
-        its priors and constants, and what it has learned so far (Policy.summary)."""
-        if not hasattr(self, "info"):
-            self.info = {}
-        self.info["auto"] = self.auto.summary()
+        """Before a turn (untimed): the policy readies itself (Policy.ready: one no run has
+        calibrated plans with the engine's curve or a quick one; constructors never time the
+        engine). `key` (the turn's prompt ids): a turn seen before starts from the policy's
+        state when it was first seen, so each repeat of a prompt starts where repeat 0
+        started, not tuned by it to its own text."""
+        self.policy.ready(partial(budget.provisional, self.target), key)
 
     def learn(
         self,
@@ -201,14 +150,13 @@ class Method:
         seconds: float | None = None,
         verify_s: float | None = None,
     ) -> None:
-        """k=auto: the policy reads the round's outcome (after the verify; timed as draft), what
-        the round took (its draft, verify and accept spans) and its verify alone (the cost
-        model's verify_scale: methods.auto.Costs.observe); None where not measured."""
-        if self.auto is None:
-            return
-        if self.round_seconds and self.auto.costs is not None:
-            self.auto.costs.observe(1 + len(proposal.tokens), verify_s)
-        self.auto.learn(proposal, acc, seconds if self.round_seconds else None)
+        """The policy reads the round's outcome (after the verify; timed as draft), what the
+        round took (its draft, verify and accept spans) and its verify alone (the cost model's
+        verify_scale: methods.auto.Costs.observe); None where not measured."""
+        timed = self.round_seconds
+        self.policy.round_done(
+            proposal, acc, seconds if timed else None, verify_s if timed else None
+        )
 
     # --- per turn ---
     def start(self, state: DecodeState) -> None:
@@ -226,9 +174,6 @@ class Method:
     def observe(self, state: DecodeState, proposal: Proposal, acc: Accepted) -> None:
         """The drafter reads the round's verify and accept (before the accepted tokens are
         appended): its cache rollback, its features; timed as draft."""
-
-    def first_token(self, state: DecodeState, logits: torch.Tensor) -> int:
-        return next_token(logits, state.sampling, state.generator)
 
     def finish(self, state: DecodeState) -> None:
         """The turn is over: `state.ids[state.n_prompt : state.length]` is its output."""
@@ -273,9 +218,7 @@ class TreeMethod(Method):
             self._plain = TreeProposal(
                 tokens=state.ids.new_empty(0),
                 layout=TreeLayout.from_parents([]),
-                chosen=0,
-                reach=[],
-                nodes=[],
+                plan=Plan(reach=[], nodes=[]),
             )
         return self._plain
 
@@ -283,7 +226,8 @@ class TreeMethod(Method):
         """method.draft_vocab, checked: how many of the most frequent tokens the drafter scores
         (an integer >= 1), or None for the full vocabulary."""
         n = self.cfg.get("draft_vocab")
-        self.need(
+        knobs.need(
+            self,
             n is None or int(n) >= 1,
             "draft_vocab",
             n,

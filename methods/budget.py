@@ -12,16 +12,13 @@ engine, except a fixed-k EAGLE's `total_tokens: auto` (auto_tokens), still sized
 from __future__ import annotations
 
 from engines.probe import step_costs, timed
+from methods.auto.costs import affordable
 
 QUICK = (1, 2, 4, 8, 16, 32)  # a provisional curve's sizes: one repeat each, about a second
 MAX_NODES = 63  # k=auto's largest tree: a verify forward of 64 tokens, the largest the run times
 
 
-def choose(costs: dict, ratio: float) -> int:
-    """The largest n with costs[n] ≤ ratio · costs[1] (at least 1)."""
-    base = costs[min(costs)]
-    ok = [n for n, c in costs.items() if c <= ratio * base]
-    return max(ok) if ok else min(costs)
+choose = affordable  # the largest n with costs[n] ≤ ratio · costs[1] (at least 1)
 
 
 def auto_tokens(engine, ratio: float) -> tuple[int, dict]:

@@ -10,6 +10,7 @@ score a reduced vocabulary, mapped to target ids by their `d2t`.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -18,7 +19,7 @@ from drafters import draftmodel, selfdraft, weights
 from groundfloor.errors import UserError
 from groundfloor.models import check_same_vocab, load_tokenizer, resolve_path
 from groundfloor.sampling import probs, sample
-from methods import auto
+from methods import auto, sizing
 from methods.base import Method, Proposal
 
 
@@ -40,7 +41,8 @@ class Draft(Method):
                 "self:q4_1 or self:int4); use none"
             )
         if own is not None:  # the target's own 4-bit copy (drafters.selfdraft)
-            self.k = self.chain_k(steps_per_token=1, prior=auto.PRIOR)
+            self.policy = sizing.chain(self, steps_per_token=1, prior=auto.PRIOR)
+            self.k = self.policy.max_k
             self.d2t = self._draft_vocab(cfg.get("draft_vocab"), ctx)
             self.model, what = selfdraft.load_engine(
                 own, ctx.target, ctx.model_cfg, ctx.device, self.d2t
@@ -50,7 +52,8 @@ class Draft(Method):
             return
         local = Path(resolve_path(str(path)))
         # k=auto: one draft forward per token; its rates start from the training summary's
-        self.k = self.chain_k(steps_per_token=1, prior=auto.trained_prior(local))
+        self.policy = sizing.chain(self, steps_per_token=1, prior=auto.trained_prior(local))
+        self.k = self.policy.max_k
         if draftmodel.is_distilled(local):  # our distilled format: shares the target's embeddings
             if ctx.target.name == "lean":  # its layers in int8 where that pays (drafters.weights)
                 head = draftmodel.head_weight(local)
@@ -122,12 +125,12 @@ class Draft(Method):
         depth, cut short when the draft's top probability (read before its token is drawn, so
         the law of what is drafted is q's) says one more token cannot raise expected tokens per
         second."""
-        auto, dev = self.auto, state.ids.device
-        k = self.k if auto is None else auto.length()
+        dev = state.ids.device
+        k = self.policy.length()
+        walk = self.policy.walk()  # k=auto: stop where one more token cannot pay
         cache = state.aux["draft_cache"]
         inp = state.tokens[cache.length :][None]  # committed tokens the draft has not consumed
-        sp, drafted, qs, confs = state.sampling, [], [], []
-        e = reach = 1.0
+        sp, drafted, qs = state.sampling, [], []
         steps = 0
         for _ in range(k):
             out = self.model.forward(inp, cache, logits_to_keep=1)
@@ -135,15 +138,8 @@ class Draft(Method):
             own = sp.greedy and self.d2t is not None  # argmax in the draft's own vocabulary
             lg = out.logits[0, -1] if own else self._logits(out)
             q = None if sp.greedy else probs(lg, sp)
-            if auto is not None:
-                conf = (
-                    float(q.max()) if q is not None else float(torch.softmax(lg.float(), -1).max())
-                )
-                if not auto.keep_going(e, reach, len(drafted), conf):
-                    break
-                reach *= auto.rate(conf, len(drafted))
-                e += reach
-                confs.append(conf)
+            if not walk.go(partial(confidence, lg, q)):
+                break
             if q is not None:
                 x = sample(q, state.generator)
                 qs.append(q)
@@ -156,11 +152,16 @@ class Draft(Method):
             tokens=tokens,
             q=torch.stack(qs) if qs else None,
             steps=steps,
-            chosen=None if auto is None else len(drafted),
-            confs=confs if auto is not None else None,
+            plan=walk.plan(),
         )
 
     def observe(self, state, proposal, acc) -> None:
         # the draft cache holds committed tokens + x_1..x_{k-1}; keep committed + x_1..x_n
         cache = state.aux["draft_cache"]
         cache.crop(min(cache.length, state.length + acc.n_draft_accepted))
+
+
+def confidence(logits: torch.Tensor, q: torch.Tensor | None) -> float:
+    """The drafter's top probability before its token is drawn (q at T > 0, else the logits'
+    softmax): what k=auto's early stop reads (methods.auto.chain.Walk)."""
+    return float(q.max()) if q is not None else float(torch.softmax(logits.float(), -1).max())

@@ -1,92 +1,45 @@
 """`eagle`: an EAGLE head drafts a dynamic tree (EAGLE-2) that the target verifies in one forward.
 
 The head (drafters.eagle) keeps its own KV cache in `state.aux`, covering positions whose
-target feature is known (committed tokens except the last). Per round:
-  1. the head consumes the features the last verify produced (root + accepted path) → the
-     distribution of the first drafted token;
-  2. expansion, `depth` − 1 times: the K = min(`top_k`, `total_tokens`) frontier nodes are run
-     through the head in one tree-masked step; each proposes its K best children; a child's
-     score is its path's cumulative draft log-probability; the K best new nodes form the next
-     frontier (a wider one could not add a node to the kept tree);
-  3. the `total_tokens` best-scored nodes of all drafted ones form the tree (a child never
-     outscores its parent, so the choice is prefix-closed); the head's tree entries are dropped.
-     With one node a depth (top_k or total_tokens 1) the tree is a chain, drafted without the
-     tree's bookkeeping (`_chain`: the same tokens and head steps).
-The target verifies the tree (methods.base.TreeMethod: methods.treeverify, groundfloor.tree); greedy
-follows the argmax path, T > 0 uses the tree rule with the candidates as point masses (lossless:
-the tree depends only on the draft). The verify forward's features of the root and the accepted
-path join the head's pending input; they accumulate over rounds another drafter verified
-(`sam` with `fallback: eagle`).
-`total_tokens: auto` picks the node budget from timed target forwards (methods.budget).
+target feature is known (committed tokens except the last). Each round one grower (`draft`)
+asks the method's draft-size policy (methods.sizing) at each step:
+  1. whether to draft (`skip`: k=auto's plain round); the head consumes the features the last
+     verify produced (root + accepted path) → the K best first tokens, K = min(top_k, nodes);
+  2. at most `depth` − 1 times, which frontier nodes to expand (`deeper`: a fixed tree all, k=auto
+     those whose children could raise expected tokens per second, none: stop): they run through
+     the head in one tree-masked step, each proposes its K best children, scored by their path's
+     cumulative draft log-probability, and the K best new nodes form the next frontier;
+  3. how many of the best nodes form the tree (`size`: a fixed tree its total_tokens best by
+     score, k=auto the n maximising (1 + Σ ŝ)/T(n), methods.auto.TreeChooser); a child never
+     outscores its parent, so the choice is prefix-closed. A fixed k is EAGLE-2's round.
+The target verifies the tree (methods.base.TreeMethod); greedy follows the argmax path, T > 0 the
+tree rule with the candidates as point masses (lossless: the tree depends only on the draft).
+The verify's features of the root and the accepted path join the head's pending input (also
+over rounds `sam`'s automaton verified). `total_tokens: auto` with a fixed k: the node budget
+from timed target forwards (methods.budget), re-chosen on the warm curve.
 Knobs: heads (directory or Hub id; default model.eagle), k (= depth), top_k, total_tokens,
-budget_ratio, draft_vocab (eagle: score only the N most frequent tokens, drafters.draftvocab; needs
-the frequency list our training stores; null: the full vocabulary). `methods.eagle3` is the
-same round with an EAGLE-3 head.
+budget_ratio, draft_vocab (score only the N most frequent tokens, drafters.draftvocab; null: the
+full vocabulary). `methods.eagle3` is the same round with an EAGLE-3 head.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 import torch
 
 from drafters import eagle as eagle_io
 from drafters import weights
+from drafters.headcache import HeadCache
 from engines.base import tree_mask
 from groundfloor.errors import UserError
 from groundfloor.models import local_dir
 from groundfloor.tree import TreeLayout
-from methods import auto, budget, knobs
+from methods import auto, budget, knobs, sizing
+from methods.auto import Plan
 from methods.base import TreeMethod, TreeProposal
-
-
-class HeadCache:
-    """The head's KV cache: keys/values (1, kv_heads, n, head_dim), written in place into
-    buffers that double when full (a round's drafted tokens are appended, its rejected ones
-    truncated: no per-step concatenation of the whole cache)."""
-
-    def __init__(self):
-        self._k = self._v = None
-        self.n = 0
-
-    def __len__(self) -> int:
-        return self.n
-
-    @property
-    def k(self):
-        return None if self._k is None else self._k[..., : self.n, :]
-
-    @property
-    def v(self):
-        return None if self._v is None else self._v[..., : self.n, :]
-
-    def reserve(self, m: int, heads: int, dim: int, dtype) -> tuple:
-        """Room for m more entries: the whole buffers (1, heads, capacity, dim), grown (doubled)
-        where full; the caller writes entries n .. n + m − 1 and then advances n."""
-        if self._k is None or self.n + m > self._k.shape[-2]:
-            cap = max(2 * (self.n + m), 64)
-            like = self._k if self._k is not None else torch.empty(0, dtype=dtype)
-            bk, bv = like.new_empty((1, heads, cap, dim)), like.new_empty((1, heads, cap, dim))
-            if self.n:
-                bk[..., : self.n, :] = self._k[..., : self.n, :]
-                bv[..., : self.n, :] = self._v[..., : self.n, :]
-            self._k, self._v = bk, bv
-        return self._k, self._v
-
-    def append(self, k, v) -> None:
-        m = k.shape[-2]
-        bk, bv = self.reserve(m, k.shape[-3], k.shape[-1], k.dtype)
-        bk[..., self.n : self.n + m, :] = k
-        bv[..., self.n : self.n + m, :] = v
-        self.n += m
-
-    def truncate(self, n: int) -> None:
-        self.n = min(self.n, n)
-
-    def nbytes(self) -> int:
-        """The buffers held (their capacity, not only the entries in use)."""
-        return 0 if self._k is None else 2 * self._k.numel() * self._k.element_size()
 
 
 @dataclass(frozen=True)
@@ -100,56 +53,60 @@ class EagleKnobs:  # defaults: conf/method/eagle.yaml and eagle3.yaml
 class Eagle(TreeMethod):
     name = "eagle"
     kind = "eagle"
-    policy = auto.TreeChooser  # k=auto: depth and nodes per round
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         kn = knobs.read(cfg, EagleKnobs)
         ratio = kn.budget_ratio
-        self.need(
-            ratio >= 1,
-            "budget_ratio",
-            ratio,
-            "use a factor >= 1 (the verify forward may cost this × a one-token forward)",
-        )
+        valid = "use a factor >= 1 (the verify forward may cost this × a one-token forward)"
+        knobs.need(self, ratio >= 1, "budget_ratio", ratio, valid)
         draft_vocab = self.draft_vocab()
         self.head, self.head_cfg = self._load_head(kn.heads or ctx.model_cfg.get(self.kind), ctx)
         self.hidden_layers = tuple(self.head.target_layers)
         frequent = (self.head_cfg.get("specsweep") or {}).get("frequent_ids")
         vocab = self.head.restrict(frequent, draft_vocab)
         self.feat_dtype = ctx.dtype  # the head's activations (its layers may run int8)
-        k = ctx.k(cfg)
-        if k == auto.AUTO:  # depth and node budget chosen per round (methods.auto)
-            self.depth = self.max_k()
-            # our trained heads' held-out acceptance caps the depth (TreeChooser); a head
-            # without it (a published one) keeps max_k
-            prior = auto.trained_prior(self.head_dir)
-            self.use_auto(budget.MAX_NODES, self.depth, prior if isinstance(prior, list) else None)
-        else:
-            self.depth = 6 if k is None else int(k)
         self.top_k = kn.top_k
         self.weights = self._head_weights(ctx)
-        if self.depth < 1 or self.top_k < 1:
-            raise UserError(f"method {self.name}: k={k} and top_k={self.top_k} must be ≥ 1")
-        self.budget_curve, self.ratio, self.asked_depth = None, ratio, self.depth
-        self.total_tokens = self._total_tokens(kn.total_tokens, ctx)
+        self.policy = self._sizes(kn, ctx)
         self.info = {
-            "depth": self.depth,
             "top_k": self.top_k,
-            "total_tokens": self.total_tokens,
             "draft_vocab": vocab,
-            "verify_cost_ms": None
-            if self.budget_curve is None
-            else {n: round(c * 1e3, 2) for n, c in self.budget_curve.items()},
-            "asked_depth": self.asked_depth,
             "drafter_weights": self.weights,
             "head_step": "native" if self.head.native is not None else "torch",
+            "policy": self.policy.summary(),
         }
-        if self.auto is not None:
-            self.auto.max_nodes = min(self.auto.max_nodes, self.total_tokens)
-            self.info.update(k="auto", depth=None, total_tokens=None, max_depth=self.depth)
-        else:
-            self._fit_depth()
+
+    def _sizes(self, kn, ctx):
+        """The round's sizes: k=auto's TreeChooser (depth ≤ max_k, capped by our trained heads'
+        held-out acceptance; nodes ≤ total_tokens), or EAGLE-2's fixed tree (depth k, top_k,
+        total_tokens; auto: by budget_ratio on the engine's curve, until the run's warm one)."""
+        k, total = ctx.k(self.cfg), kn.total_tokens
+        if (isinstance(k, int) and k < 1) or self.top_k < 1:
+            raise UserError(f"method {self.name}: k={k} and top_k={self.top_k} must be ≥ 1")
+        return sizing.pick(self, lambda: self._adaptive(total), lambda k: self._fixed(k, kn, ctx))
+
+    def _adaptive(self, total):
+        prior = auto.trained_prior(self.head_dir)
+        nodes = budget.MAX_NODES if total == "auto" else min(count(total), budget.MAX_NODES)
+        return auto.TreeChooser(
+            nodes, sizing.max_k(self), prior if isinstance(prior, list) else None
+        )
+
+    def _fixed(self, k, kn, ctx):
+        depth = 6 if k is None else int(k)
+        if kn.total_tokens != "auto":
+            return auto.FixedTree(depth, self.top_k, count(kn.total_tokens))
+        n, curve = budget.auto_tokens(ctx.target, kn.budget_ratio)  # the root rides along
+        return auto.FixedTree(depth, self.top_k, max(n - 1, 1), kn.budget_ratio, curve)
+
+    @property
+    def depth(self) -> int:
+        return self.policy.depth
+
+    @property
+    def total_tokens(self) -> int:
+        return self.policy.max_nodes
 
     def _head_weights(self, ctx) -> str:
         """drafter_weights for the head: its layers (and draft-vocabulary rows) int8 where it
@@ -162,25 +119,6 @@ class Eagle(TreeMethod):
                 self.head.vocab.quantize()
         self.head.use_native()
         return mode
-
-    def _total_tokens(self, total, ctx) -> int:
-        """method.total_tokens checked: with k=auto the most nodes a round may choose (auto:
-        every node k=auto may pick); with a fixed k the nodes verified per round (auto: from
-        the engine's curve and budget_ratio, provisional until calibrate() reads the warm one)."""
-        if self.auto is not None:
-            total = self.auto.max_nodes if total == "auto" else total
-        elif total == "auto":
-            n, self.budget_curve = budget.auto_tokens(ctx.target, self.ratio)
-            total = max(n - 1, 1)  # the root rides in the same forward
-        try:
-            n = int(total)
-        except (TypeError, ValueError):
-            n = 0
-        if n < 1:
-            raise UserError(
-                f"method.total_tokens={total!r} is not valid; give a positive integer or auto"
-            )
-        return n
 
     def _load_head(self, src, ctx):
         """method.heads (else the model's shipped head): a head of this method's kind."""
@@ -200,28 +138,6 @@ class Eagle(TreeMethod):
                 f"method.heads={str(src)!r} holds an {head.kind} head; use method={head.kind}"
             )
         return head, head_cfg
-
-    def _fit_depth(self) -> None:
-        """No deeper than the budget can verify: a path of d nodes needs d of the budget."""
-        self.depth = min(self.asked_depth, self.total_tokens)
-        self.info.update(depth=self.depth, total_tokens=self.total_tokens)
-
-    def calibrate(self, costs: dict, drafting: tuple = (0.0, 0.0, 0.0)) -> bool:
-        if self.auto is not None:
-            self.auto.calibrate(costs, *drafting)
-            self.auto.max_nodes = min(self.auto.max_nodes, self.total_tokens)
-            self.auto.reset()
-            self.record_auto()
-            self.info["verify_cost_ms"] = {n: round(c * 1e3, 2) for n, c in costs.items()}
-            return False
-        if self.budget_curve is None:  # a fixed total_tokens
-            return False
-        old = (self.total_tokens, self.depth)
-        self.budget_curve = costs
-        self.total_tokens = max(budget.choose(costs, self.ratio) - 1, 1)
-        self.info["verify_cost_ms"] = {n: round(c * 1e3, 2) for n, c in costs.items()}
-        self._fit_depth()
-        return (self.total_tokens, self.depth) != old
 
     def max_verify_width(self) -> int:
         return self.total_tokens + 1
@@ -283,22 +199,11 @@ class Eagle(TreeMethod):
         pos = torch.arange(p0, n - 1, device=state.ids.device)
         return self._step(cache, feat, state.ids[p0 + 1 : n], pos, keep=1)[-1:]
 
-    def _expand(
-        self,
-        cache: HeadCache,
-        base: int,
-        position: int,
-        frontier: list[int],
-        f_par: list[int],
-        f_tok,
-        f_feat,
-        chain: dict,
-    ):
+    def _expand(self, cache, base: int, position: int, frontier, f_par, f_tok, f_feat, chain):
         """One depth of the tree: the head over the frontier's nodes (pool indices `frontier`,
-        parents `f_par`, draft tokens `f_tok`: a tensor or a list, features `f_feat`), each
-        seeing the committed cache and its own ancestors' rows; `chain` (pool node → its and its
-        ancestors' cache rows) gains the frontier. Returns the head's outputs, one row per
-        frontier node."""
+        parents `f_par`, draft tokens `f_tok`, features `f_feat`), each seeing the committed
+        cache and its own ancestors' rows; `chain` (pool node → its and its ancestors' cache
+        rows) gains the frontier. Returns the head's outputs, one row per frontier node."""
         dev = f_feat.device
         t = len(cache) - base
         rows = [i for i, p in enumerate(f_par) for _ in chain[p]]
@@ -307,140 +212,61 @@ class Eagle(TreeMethod):
         if rows:
             tree_allowed[rows, cols] = True
         pos = torch.full((len(frontier),), position, dtype=torch.long, device=dev)
-        ids = f_tok if torch.is_tensor(f_tok) else torch.tensor(f_tok, device=dev)
+        ids = torch.tensor(f_tok, device=dev)
         o = self._step(cache, f_feat, self.head.to_target(ids), pos, tree_allowed)
         for i, (node, p) in enumerate(zip(frontier, f_par)):
             chain[node] = chain[p] + [base + t + i]
         return o
 
     def draft(self, state) -> TreeProposal:
-        if self.auto is not None:
-            return self.draft_auto(state)
-        out = self._catch_up(state)
-        base = len(state.aux["head_cache"])  # n − 1: committed positions
-        if min(self.top_k, self.total_tokens) == 1:
-            return self._chain(state, out[-1:], base)
-        return self._tree(state, out[-1:], base)
-
-    def _tree(self, state, root, base: int) -> TreeProposal:
-        """A fixed-size tree: top_k children of each frontier node, the top_k best new nodes
-        the next frontier, depth levels, the total_tokens best nodes kept. root: the head's
-        output at the root (1, H)."""
-        head, cache = self.head, state.aux["head_cache"]
-        dev = state.ids.device
-        n = state.length
-        lp = torch.log_softmax(head.logits(root).float(), -1)[0]
-        # a frontier wider than the budget adds nothing: the kept nodes are the budget's best,
-        # prefix-closed, so each depth's kept nodes are among its best `total_tokens`
-        K = min(self.top_k, self.total_tokens, lp.numel())
-        top = lp.topk(K)
-        # the pool of drafted nodes, in creation order (parents before children)
-        tok = [top.indices]
-        par = [torch.full((K,), -1, dtype=torch.long, device=dev)]
-        score = [top.values]
-        frontier = torch.arange(K, device=dev)  # pool indices of the nodes to expand next
-        f_tok, f_par, f_score = top.indices, [-1] * K, top.values  # their tokens, parents, scores
-        f_feat = root[0].expand(K, -1)
-        chain = {-1: []}  # expanded pool node → head-cache rows of it and its ancestors
-        size = K
-        for d in range(1, self.depth):
-            o = self._expand(cache, base, n - 2 + d, frontier.tolist(), f_par, f_tok, f_feat, chain)
-            lp = torch.log_softmax(head.logits(o).float(), -1)  # (F, Vd)
-            ch = lp.topk(K, dim=-1)
-            cand = (f_score[:, None] + ch.values).flatten()  # (F·K,)
-            kids = ch.indices.flatten()
-            tok.append(kids)
-            par.append(frontier.repeat_interleave(K))
-            score.append(cand)
-            best = cand.topk(min(K, cand.numel())).indices
-            f_tok, f_score, f_par = kids[best], cand[best], frontier[best // K].tolist()
-            frontier = size + best
-            f_feat = o[best // K]
-            size += cand.numel()
-        cache.truncate(base)
-        all_tok, all_par, all_score = torch.cat(tok), torch.cat(par).tolist(), torch.cat(score)
-        # best scores first, ties by creation order: a parent (created earlier, never scored
-        # lower than its child) always precedes its children, so any prefix is a tree
-        order = torch.sort(-all_score, stable=True).indices[: self.total_tokens]
-        keep = sorted(order.tolist())
-        index = {j: i for i, j in enumerate(keep)}
-        parents = [index[all_par[j]] if all_par[j] >= 0 else -1 for j in keep]
-        tokens = head.to_target(all_tok[keep])
-        return TreeProposal(
-            tokens=tokens, layout=TreeLayout.from_parents(parents), steps=self.depth
-        )
-
-    def _chain(self, state, o, base: int) -> TreeProposal:
-        """top_k = 1 (or a budget of one node a depth): each depth's one node is the head's
-        most likely token after its parent, so the tree is a chain, each node seeing the cache
-        and the nodes before it (causal); the same tokens as the tree code's, without its
-        bookkeeping. o: the head's output at the root (1, H)."""
-        head, cache = self.head, state.aux["head_cache"]
-        pos = state.length - 1  # the first node's position in the head's cache
-        toks = [head.logits(o).argmax(-1)]
-        for d in range(1, self.depth):  # depth ≤ total_tokens (_fit_depth)
-            ids = head.to_target(toks[-1])
-            o = head.step(o, ids, torch.tensor([pos + d - 1], device=o.device), None, cache)
-            toks.append(head.logits(o).argmax(-1))
-        cache.truncate(base)
-        return TreeProposal(
-            tokens=head.to_target(torch.cat(toks)),
-            layout=TreeLayout.chain(len(toks)),
-            steps=len(toks),
-        )
-
-    def draft_auto(self, state) -> TreeProposal:
-        """k=auto: expand while one more depth can raise expected tokens per second (the
-        frontier's calibrated reach bounds what its children add: their probabilities sum to
-        at most 1), each time only the frontier nodes whose children could raise it, then
-        verify the n best nodes, n maximising (1 + Σ ŝ)/T(n)
-        (methods.auto.TreeChooser). Every node's ŝ comes from the draft alone. The pool's
-        bookkeeping (a few nodes a depth) is plain Python: tensors only for the head."""
-        cache, auto = state.aux["head_cache"], self.auto
-        if auto.skip():  # a plain round; the head reads the pending features next time
+        """The round's tree, grown as the policy says (the module's steps 1-3). Every node's
+        score and ŝ come from the draft alone; the pool's bookkeeping (a few nodes a depth) is
+        plain Python, tensors only for the head."""
+        policy, cache = self.policy, state.aux["head_cache"]
+        if policy.skip():  # a plain round; the head reads the pending features next time
             return self.plain_proposal(state)
         n = state.length
         out = self._catch_up(state)
         base = len(cache)
-        values, ids = self._top(out[-1:])
-        pool = _Pool(len(ids[0]))
-        frontier = pool.grow(-1, values[0], ids[0], auto.lam(1))
+        width = min(self.top_k, policy.max_nodes)  # a wider frontier adds no kept node
+        pool = _Pool(width)
+        values, ids = self._top(out[-1:], width)
+        frontier = pool.grow(-1, values[0], ids[0], policy.lam(1))
         feats = out[-1:].expand(len(frontier), -1)
         chain = {-1: []}
         steps = 1
-        for d in range(1, auto.depth):
-            lam = auto.lam(d + 1)
+        for d in range(1, policy.depth):
+            lam = policy.lam(d + 1)
             bound = [min(math.exp(pool.score[i]) * lam, pool.est[i]) for i in frontier]
-            width = auto.deeper(pool.ranked(auto.max_nodes), bound, steps)
-            if not width:
+            grow = policy.deeper(pool.ranked(policy.max_nodes), bound, steps)
+            if not grow:
                 break
-            if width < len(bound):  # expand only the frontier nodes whose children could pay
-                pick = sorted(sorted(range(len(bound)), key=lambda i: -bound[i])[:width])
+            if grow < len(bound):  # expand only the frontier nodes whose children could pay
+                pick = sorted(sorted(range(len(bound)), key=lambda i: -bound[i])[:grow])
                 frontier, feats = [frontier[i] for i in pick], feats[pick]
             parents = [pool.parent[i] for i in frontier]
             tokens = [pool.token[i] for i in frontier]
             o = self._expand(cache, base, n - 2 + d, frontier, parents, tokens, feats, chain)
             steps += 1
-            frontier, rows = pool.children(frontier, self._top(o), lam)
+            frontier, rows = pool.children(frontier, self._top(o, width), lam)
             feats = o[rows]
         cache.truncate(base)
         return self._best_nodes(pool, steps)
 
-    def _top(self, o) -> tuple[list, list]:
-        """The head's K best draft tokens after each row of `o`: (log-probabilities, ids), one
-        list of K per row."""
+    def _top(self, o, k: int) -> tuple[list, list]:
+        """The head's k best draft tokens after each row of `o`: (log-probabilities, ids), one
+        list of k per row."""
         lp = torch.log_softmax(self.head.logits(o).float(), -1)
-        top = lp.topk(min(self.top_k, lp.shape[-1]), dim=-1)
+        top = lp.topk(min(k, lp.shape[-1]), dim=-1)
         return top.values.tolist(), top.indices.tolist()
 
     def _best_nodes(self, pool: "_Pool", steps: int) -> TreeProposal:
-        """k=auto's proposal from the drafted pool: the n nodes of best ŝ, n maximising the
-        expected rate (methods.auto.TreeChooser.size), as a tree."""
-        auto = self.auto
+        """The proposal from the drafted pool: the n nodes of best ŝ, n the policy's size."""
+        policy = self.policy
         # best ŝ first, ties by creation order: a parent (never below its child) comes first
-        order = sorted(range(len(pool.est)), key=lambda i: -pool.est[i])[: auto.max_nodes]
-        keep_n = auto.size([pool.est[i] for i in order], steps)
-        auto.note(keep_n, steps)
+        order = sorted(range(len(pool.est)), key=lambda i: -pool.est[i])[: policy.max_nodes]
+        keep_n = policy.size([pool.est[i] for i in order], steps)
+        policy.note(keep_n, steps)
         keep = sorted(order[:keep_n])
         index = {j: i for i, j in enumerate(keep)}
         parents = [index[pool.parent[j]] if pool.parent[j] >= 0 else -1 for j in keep]
@@ -449,8 +275,7 @@ class Eagle(TreeMethod):
             tokens=self.head.to_target(ids.to(self.head.embed.device)),
             layout=TreeLayout.from_parents(parents),
             steps=steps,
-            chosen=keep_n,
-            reach=[math.exp(pool.score[j]) for j in keep],
+            plan=Plan(reach=[math.exp(pool.score[j]) for j in keep]),
         )
 
     def after_accept(self, state, proposal, nodes, logits, hidden) -> None:
@@ -464,10 +289,29 @@ class Eagle(TreeMethod):
         self._pend(state, self._tapped(hidden, rows))
 
 
+def count(total) -> int:
+    """method.total_tokens as a node count: a positive integer (or one error line)."""
+    try:
+        n = int(total)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise UserError(
+            f"method.total_tokens={total!r} is not valid; give a positive integer or auto"
+        )
+    return n
+
+
+def f32(x: float) -> float:
+    """x rounded to float32: a path's score is summed as the head's float32 log-probabilities
+    would be (one rounding a step), so scores order and tie as in float32."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
 class _Pool:
-    """k=auto's drafted nodes in creation order (parents before children): draft token, parent
+    """A round's drafted nodes in creation order (parents before children): draft token, parent
     (−1: the root), cumulative log-probability and ŝ, the calibrated reach (never above the
-    parent's)."""
+    parent's; a fixed tree's is the path's probability)."""
 
     def __init__(self, k: int):
         self.k = k
@@ -483,7 +327,7 @@ class _Pool:
         base = self.score[parent] if parent >= 0 else 0.0
         cap = self.est[parent] if parent >= 0 else 1.0
         for v, t in zip(values, ids):
-            s = base + v
+            s = f32(base + v)
             self.token.append(t)
             self.parent.append(parent)
             self.score.append(s)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from groundfloor.errors import UserError
+from methods import knobs
 from methods.hf_generate import HFGenerate
 
 SCHEDULES = ("constant", "heuristic")
@@ -27,7 +28,8 @@ class HFAssisted(HFGenerate):
         from drafters import draftmodel
         from groundfloor.models import check_same_vocab, resolve_path
 
-        self.need(
+        knobs.need(
+            self,
             0 <= float(cfg.confidence) <= 1,
             "confidence",
             cfg.confidence,

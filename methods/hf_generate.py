@@ -10,6 +10,8 @@ picks hf for them; `bench.run.config.validate` refuses engine=lean in one line).
 
 from __future__ import annotations
 
+from methods import knobs, sizing
+from methods.auto import FixedChain
 from methods.base import Method
 
 ENGINE = "hf"  # the only engine these methods run on (bench.run.config.validate)
@@ -32,11 +34,10 @@ class HFGenerate(Method):
 
     def draft_length(self) -> int:
         """Its own fixed setting: transformers' modes run as shipped, k=auto keeps the YAML's k."""
-        if self.ctx.k(self.cfg) == "auto":
-            k = self.cfg.get("k")
-            self.need(isinstance(k, int) and k >= 1, "k", k, "use an integer >= 1")
-            return k
-        return self.chain_k()
+        k = sizing.pick(self, lambda: self.cfg.get("k"), lambda _: sizing.fixed_k(self))
+        knobs.need(self, isinstance(k, int) and k >= 1, "k", k, "use an integer >= 1")
+        self.policy = FixedChain(k)
+        return k
 
     def generate_kwargs(self) -> dict:
         """The `generate()` arguments that select this speculative mode."""

@@ -8,6 +8,7 @@ between forwards, so its time is in the `other` phase (ours is in `draft`).
 
 from __future__ import annotations
 
+from methods import knobs
 from methods.hf_generate import HFGenerate
 
 
@@ -16,7 +17,8 @@ class HFPromptLookup(HFGenerate):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.need(
+        knobs.need(
+            self,
             int(cfg.max_n) >= 1,
             "max_n",
             cfg.max_n,

@@ -78,3 +78,9 @@ def read(cfg, schema):
             )
         values[f.name] = _cast(_plain(cfg[f.name]), hints[f.name], f"method.{f.name}")
     return schema(**values)
+
+
+def need(method, ok: bool, knob: str, value, valid: str) -> None:
+    """One clear line for a bad knob of `method`: the knob, its value, what would be valid."""
+    if not ok:
+        raise UserError(f"method.{knob}={value!r} is not valid for {method.name}; {valid}")

@@ -77,7 +77,8 @@ class Lookahead(TreeMethod):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         k = ctx.k(cfg)
-        self.need(
+        knobs.need(
+            self,
             k != "auto",
             "k",
             k,

@@ -25,7 +25,8 @@ from groundfloor.errors import UserError
 from groundfloor.models import local_dir
 from groundfloor.sampling import probs
 from groundfloor.tree import TreeLayout
-from methods import auto, budget, knobs, static_trees
+from methods import auto, budget, knobs, sizing, static_trees
+from methods.auto import Plan
 from methods.base import TreeMethod, TreeProposal
 
 
@@ -43,24 +44,22 @@ class MedusaKnobs:  # defaults: conf/method/medusa.yaml
 class Medusa(TreeMethod):
     name = "medusa"
     hidden_layers = (-1,)
-    policy = auto.NodeRates  # k=auto: the static tree pruned per round
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         kn = knobs.read(cfg, MedusaKnobs)
-        k, size, acc = ctx.k(cfg), kn.tree_size, kn.acceptance
-        pruned = k == auto.AUTO  # the whole tree, pruned per round from its nodes' rates
-        k = None if pruned else k
-        self.need(
-            k is None or k >= 1, "k", k, "use an integer >= 1 (tree depth) or null (every head)"
-        )
-        self.need(int(size) >= 1, "tree_size", size, "use an integer >= 1 (nodes of an auto tree)")
-        self.need(
-            acc in ("exact", "typical"),
-            "acceptance",
-            acc,
-            "choose one of: exact (lossless), typical (Medusa's, lossy)",
-        )
+        k, size, acc = sizing.k_or_none(self), kn.tree_size, kn.acceptance  # None: all heads
+        for ok, knob, value, valid in (
+            (k is None or k >= 1, "k", k, "use an integer >= 1 (tree depth) or null (every head)"),
+            (int(size) >= 1, "tree_size", size, "use an integer >= 1 (nodes of an auto tree)"),
+            (
+                acc in ("exact", "typical"),
+                "acceptance",
+                acc,
+                "choose one of: exact (lossless), typical (Medusa's, lossy)",
+            ),
+        ):
+            knobs.need(self, ok, knob, value, valid)
         draft_vocab = self.draft_vocab()
         path = self._heads_dir(kn, ctx)
         self.heads, hcfg = heads_io.load(path, ctx.dtype)
@@ -78,9 +77,12 @@ class Medusa(TreeMethod):
         self.node_rank = torch.tensor([p[-1] for p in order], device=ctx.device)
         self.topk = int(self.node_rank.max()) + 1
         self.depth = self.layout.max_depth
-        if pruned:
-            prior = static_trees.path_reach(order, hcfg.get("rank_accuracy"))
-            self.use_auto(self.layout.parents, budget.MAX_NODES, prior or auto.PRIOR)
+        prior = static_trees.path_reach(order, hcfg.get("rank_accuracy")) or auto.PRIOR
+        self.policy = sizing.pick(  # k=auto: the whole tree, pruned per round from its rates
+            self,
+            lambda: auto.NodeRates(self.layout.parents, budget.MAX_NODES, prior),
+            lambda k: auto.FixedTree(self.depth, None, self.layout.size),  # every node
+        )
         self._vocab_and_weights(ctx, hcfg.get("frequent_ids"), draft_vocab, n)
         self.info = {
             "tree_nodes": self.layout.size,
@@ -145,13 +147,15 @@ class Medusa(TreeMethod):
         self.name, self.lossless = "medusa-typical", False
         self.posterior_threshold = kn.posterior_threshold
         self.posterior_alpha = kn.posterior_alpha
-        self.need(
+        knobs.need(
+            self,
             0 < self.posterior_threshold <= 1,
             "posterior_threshold",
             self.posterior_threshold,
             "use a probability in (0, 1] (ε)",
         )
-        self.need(
+        knobs.need(
+            self,
             self.posterior_alpha > 0,
             "posterior_alpha",
             self.posterior_alpha,
@@ -170,11 +174,11 @@ class Medusa(TreeMethod):
         return out.logits[0, -1]
 
     def draft(self, state) -> TreeProposal:
-        if self.auto is not None and self.auto.skip():  # a plain round: the heads cost a step
+        if self.policy.skip():  # k=auto's plain round: the heads cost a step
             return self.plain_proposal(state)
-        keep = None if self.auto is None else self.auto.choose(steps=1)
+        keep = self.policy.choose(steps=1)
         # only the heads the verified nodes come from: a node at depth d is head d - 1's
-        n = self.depth if keep is None else max((self.head_of[j] + 1 for j in keep), default=0)
+        n = max((self.head_of[j] + 1 for j in keep), default=0)
         if n == 0:  # k=auto verifies none of the template: the heads are not run
             return self.plain_proposal(state)
         # head d's logits at h predict the token d + 1 places below the root
@@ -184,17 +188,18 @@ class Medusa(TreeMethod):
         else:
             logits = self.heads.logits(h, self.lm_head, n)  # (n, V)
         cand = self.vocab.to_target(logits.topk(self.topk, dim=-1).indices)  # (n, topk)
-        if keep is None:
-            tokens = cand[self.node_head, self.node_rank]
-            return TreeProposal(tokens=tokens, layout=self.layout, steps=1)
-        idx = torch.tensor(keep, device=cand.device)
-        layout = TreeLayout.from_parents(auto.subtree(self.layout.parents, keep))
+        whole = len(keep) == self.layout.size
+        idx = slice(None) if whole else torch.tensor(keep, device=cand.device)
+        layout = (
+            self.layout
+            if whole
+            else TreeLayout.from_parents(auto.subtree(self.layout.parents, keep))
+        )
         return TreeProposal(
             tokens=cand[self.node_head[idx], self.node_rank[idx]],
             layout=layout,
             steps=1,
-            chosen=len(keep),
-            nodes=keep,
+            plan=Plan(nodes=keep),
         )
 
     def accept_path(self, state, tree, logits):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 
 from groundfloor.errors import UserError
+from methods import sizing
+from methods.auto import Plan
 from methods.base import Method, Proposal
 
 
@@ -36,7 +38,8 @@ class NGram(Method):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.k, self.min_n, self.max_n = self.chain_k(), int(cfg.min_n), int(cfg.max_n)
+        self.policy = sizing.chain(self)
+        self.k, self.min_n, self.max_n = self.policy.max_k, int(cfg.min_n), int(cfg.max_n)
         if not 1 <= self.min_n <= self.max_n:
             raise UserError(
                 f"method.min_n={self.min_n}, method.max_n={self.max_n}: need 1 <= min_n <= max_n"
@@ -44,7 +47,6 @@ class NGram(Method):
 
     def draft(self, state) -> Proposal:
         tokens, n = lookup(state.tokens, self.k, self.min_n, self.max_n)
-        if self.auto is None or not n:
-            return Proposal(tokens=tokens)
-        k = self.auto.length(bucket=n, cap=tokens.numel())  # rates kept per match length
-        return Proposal(tokens=tokens[:k], chosen=k, bucket=n)
+        bucket = n or None  # k=auto's rates are kept per match length
+        k = self.policy.length(bucket=bucket, cap=tokens.numel())
+        return Proposal(tokens=tokens[:k], plan=Plan(bucket=bucket))

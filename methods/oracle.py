@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from methods import sizing
 from methods.base import Method, Proposal
 
 
@@ -26,7 +27,8 @@ class Oracle(Method):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.k = self.chain_k()
+        self.policy = sizing.chain(self)
+        self.k = self.policy.max_k
 
     @torch.inference_mode()
     def start(self, state) -> None:
@@ -49,7 +51,4 @@ class Oracle(Method):
         if not torch.equal(state.ids[state.n_prompt : state.length], answer[:pos]):
             return Proposal(tokens=answer.new_empty(0))  # left the known answer: no more drafts
         tokens = answer[pos : pos + self.k]
-        if self.auto is None:
-            return Proposal(tokens=tokens)
-        k = self.auto.length(cap=tokens.numel())
-        return Proposal(tokens=tokens[:k], chosen=k)
+        return Proposal(tokens=tokens[: self.policy.length(cap=tokens.numel())])

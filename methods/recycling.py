@@ -30,7 +30,8 @@ import torch
 
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
-from methods import auto, budget, knobs, static_trees
+from methods import auto, budget, knobs, sizing, static_trees
+from methods.auto import Plan
 from methods.base import TreeMethod, TreeProposal
 
 SNAPSHOTS = 8  # prompts whose starting matrix is remembered (they repeat back to back)
@@ -44,15 +45,12 @@ class RecyclingKnobs:  # defaults: conf/method/recycling.yaml
 
 class Recycling(TreeMethod):
     name = "recycling"
-    policy = auto.NodeRates  # k=auto: the static tree pruned per round
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         kn = knobs.read(cfg, RecyclingKnobs)
         tree = kn.tree
-        depth = ctx.k(cfg)
-        pruned = depth == auto.AUTO  # the whole tree, pruned per round from its nodes' rates
-        depth = None if pruned else depth
+        depth = sizing.k_or_none(self)  # None: the whole tree (k=auto prunes it per round)
         if isinstance(tree, str) and tree not in static_trees.TREES:
             raise UserError(
                 f"method.tree={tree!r} is unknown; choose one of: "
@@ -76,8 +74,11 @@ class Recycling(TreeMethod):
             idx = torch.tensor([i for i, p in enumerate(order) if len(p) == d], device=dev)
             self.levels.append((idx, self.parent[idx]))
         self.hot_start = kn.hot_start
-        if pruned:
-            self.use_auto(self.layout.parents, budget.MAX_NODES)
+        self.policy = sizing.pick(  # k=auto: the whole tree, pruned per round from its rates
+            self,
+            lambda: auto.NodeRates(self.layout.parents, budget.MAX_NODES),
+            lambda k: auto.FixedTree(self.layout.max_depth, None, self.layout.size),
+        )
         self.adj = torch.full((ctx.target.vocab_size, self.width), -1, dtype=torch.long, device=dev)
         self.snapshots: OrderedDict[tuple, torch.Tensor] = OrderedDict()
         self.info = {
@@ -120,17 +121,16 @@ class Recycling(TreeMethod):
             cand = self.adj[src.clamp_min(0), self.rank[idx]]
             tok[idx] = torch.where(src < 0, -1, cand)
         keep = tok >= 0
-        if self.auto is None and bool(keep.all()):
-            return TreeProposal(tokens=tok, layout=self.layout)
-        kept = keep.nonzero().flatten().tolist()  # prefix-closed: a dropped parent drops its kids
-        if self.auto is not None:
-            kept = self.auto.choose(steps=0, allowed=kept)
+        whole = bool(keep.all())
+        # prefix-closed: a dropped parent drops its kids
+        kept = self.policy.choose(
+            steps=0, allowed=None if whole else keep.nonzero().flatten().tolist()
+        )
+        if len(kept) == n:
+            return TreeProposal(tokens=tok, layout=self.layout, plan=Plan(nodes=kept))
         parents = auto.subtree(self.layout.parents, kept)
         return TreeProposal(
-            tokens=tok[kept],
-            layout=TreeLayout.from_parents(parents),
-            chosen=None if self.auto is None else len(kept),
-            nodes=None if self.auto is None else kept,
+            tokens=tok[kept], layout=TreeLayout.from_parents(parents), plan=Plan(nodes=kept)
         )
 
     def after_accept(self, state, proposal, nodes, logits, hidden) -> None:

@@ -32,7 +32,8 @@ import torch
 from drafters.suffix_automaton import SuffixAutomaton
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
-from methods import knobs
+from methods import knobs, sizing
+from methods.auto import Plan
 from methods.base import TreeMethod, TreeProposal
 from methods.registry import build_method, method_config
 
@@ -64,7 +65,8 @@ class Sam(TreeMethod):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.k = self.chain_k()  # k=auto: self.auto chooses per round, rates per match length
+        self.policy = sizing.chain(self)  # k=auto: rates kept per match length
+        self.k = self.policy.max_k
         self.fallback = None
         kn = knobs.read(cfg, SamKnobs)
         fb = kn.fallback
@@ -79,7 +81,7 @@ class Sam(TreeMethod):
         if kn.corpus:
             self.static = self._load_corpus(Path(kn.corpus), ctx)
         self.info = {
-            "k": "auto" if self.auto else self.k,
+            "k": ctx.k(cfg),
             "min_match": self.min_match,
             "fallback": fb or None,
             "corpus_tokens": len(self.static) if self.static else 0,
@@ -153,7 +155,7 @@ class Sam(TreeMethod):
             self.fallback.ready(key)
 
     def learn(self, proposal, acc, seconds=None, verify_s=None) -> None:
-        if proposal.bucket is not None:  # a round the automaton drafted
+        if proposal.plan.bucket is not None:  # a round the automaton drafted
             super().learn(proposal, acc, seconds, verify_s)
         elif self.fallback is not None:  # (its policy ignores rounds it did not draft)
             self.fallback.learn(proposal, acc, seconds, verify_s)
@@ -187,14 +189,11 @@ class Sam(TreeMethod):
             if self.fallback:
                 return self.fallback.draft(state)
             draft = []
-        chosen = bucket = None
-        if self.auto is not None and draft:
-            bucket = min(n, MATCH_BUCKETS)  # rates kept per match length
-            chosen = self.auto.length(bucket=bucket, cap=len(draft))
-            draft = draft[:chosen]
+        bucket = min(n, MATCH_BUCKETS) if draft else None  # k=auto's rates per match length
+        draft = draft[: self.policy.length(bucket=bucket, cap=len(draft))]
         tokens = torch.tensor(draft, dtype=torch.long, device=state.ids.device)
         return TreeProposal(
-            tokens=tokens, layout=TreeLayout.chain(len(draft)), chosen=chosen, bucket=bucket
+            tokens=tokens, layout=TreeLayout.chain(len(draft)), plan=Plan(bucket=bucket)
         )
 
     def verify(self, state, proposal):

@@ -51,7 +51,8 @@ import torch
 from drafters.suffix_automaton import SuffixAutomaton
 from groundfloor.errors import UserError
 from groundfloor.tree import TreeLayout
-from methods import auto, knobs
+from methods import auto, knobs, sizing
+from methods.auto import Plan
 from methods.base import TreeMethod, TreeProposal
 
 SHAPES = ("chain", "tree")
@@ -207,16 +208,16 @@ class SuffixKnobs:  # defaults: conf/method/suffix.yaml
 
 class Suffix(TreeMethod):
     name = "suffix"
-    policy = auto.TreeChooser  # k=auto: the scored tree's nodes per round
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         kn = knobs.read(cfg, SuffixKnobs)
-        if ctx.k(cfg) == auto.AUTO:  # the node count chosen per round from the scores
-            self.k = self.max_k()
-            self.use_auto(self.k, kn.max_depth)
-        else:
-            self.k = int(ctx.k(cfg) or 0)
+        self.policy = sizing.pick(  # k=auto: the node count chosen per round from the scores
+            self,
+            lambda: auto.TreeChooser(sizing.max_k(self), kn.max_depth),
+            lambda k: auto.FixedTree(kn.max_depth, None, int(k or 0)),
+        )
+        self.k = self.policy.max_nodes
         self.shape, self.max_depth = kn.shape, kn.max_depth
         self.factor, self.offset = kn.max_spec_factor, kn.max_spec_offset
         self.min_prob, self.max_cached = kn.min_token_prob, kn.max_cached
@@ -295,22 +296,19 @@ class Suffix(TreeMethod):
             other = speculate(glob, v, n, longest, *args)
             if other.score > best.score:
                 best = other
-        if self.auto is not None:
-            return self._auto(best, state.ids.device)
-        tokens = torch.tensor(best.tokens, dtype=torch.long, device=state.ids.device)
-        return TreeProposal(tokens=tokens, layout=TreeLayout.from_parents(best.parents))
+        return self._sized(best, state.ids.device)
 
-    def _auto(self, best: Draft, device) -> TreeProposal:
-        """k=auto: the n best nodes by calibrated probability, n maximising (1 + Σ ŝ)/T(n)."""
-        est = self.auto.calibrated(best.probs, best.parents, auto.depths_of(best.parents))
-        order = self.auto.order(est)
-        n = self.auto.size([est[i] for i in order], 0)
-        keep = sorted(order[:n])
+    def _sized(self, best: Draft, device) -> TreeProposal:
+        """The policy's nodes of the draft (k=auto: the n best by calibrated probability, n
+        maximising (1 + Σ ŝ)/T(n); a fixed k: all of them)."""
+        policy = self.policy
+        est = policy.calibrated(best.probs, best.parents, auto.depths_of(best.parents))
+        order = policy.order(est)
+        keep = sorted(order[: policy.size([est[i] for i in order], 0)])
         parents = auto.subtree(best.parents, keep)
         tokens = torch.tensor([best.tokens[j] for j in keep], dtype=torch.long, device=device)
         return TreeProposal(
             tokens=tokens,
             layout=TreeLayout.from_parents(parents),
-            chosen=n,
-            reach=[best.probs[j] for j in keep],
+            plan=Plan(reach=[best.probs[j] for j in keep]),
         )

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from conftest import compose, tiny_llama
-from helpers import eagle_method, make_ctx, method, prompts, run, save_head
+from helpers import as_data, eagle_method, make_ctx, method, prompts, run, run_args, save_head
 
 from bench.decode import turn
 from bench.run.runner import execute
@@ -221,7 +221,7 @@ def test_the_skip_reads_realized_tokens_not_the_estimates():
     tc.calibrate(CPU, step_s=0.003)
 
     class P:
-        reach, tokens = None, []
+        plan, tokens = auto.Plan(), []
 
     class A:
         n_draft_accepted = 0
@@ -345,8 +345,8 @@ def test_a_step_the_confidence_keeps_stopping_is_no_longer_paid():
     where it does; probing rounds (forced through) do not count."""
     from types import SimpleNamespace as NS
 
-    stopped = NS(steps=1, bucket=None, confs=[]), NS(drafted=0, n_draft_accepted=0)
-    went = NS(steps=1, bucket=None, confs=[0.9]), NS(drafted=1, n_draft_accepted=1)
+    stopped = NS(steps=1, plan=auto.Plan(confs=[])), NS(drafted=0, n_draft_accepted=0)
+    went = NS(steps=1, plan=auto.Plan(confs=[0.9])), NS(drafted=1, n_draft_accepted=1)
     ch = chooser(CPU, 0.6, max_k=4, steps=1, step_s=0.001)
     assert ch.go_rate() == 1.0 and ch.length() >= 1  # a new run's steps go
     for _ in range(20):
@@ -357,7 +357,7 @@ def test_a_step_the_confidence_keeps_stopping_is_no_longer_paid():
     assert ch.length() == 0 and not ch.probing  # the step is not paid on its merits
     stepped = ch.stepped
     ch.probing = True  # a probe's step is forced through: it says nothing about the stop
-    ch.learn(NS(steps=1, bucket=None, confs=[0.1]), NS(drafted=1, n_draft_accepted=0))
+    ch.learn(NS(steps=1, plan=auto.Plan(confs=[0.1])), NS(drafted=1, n_draft_accepted=0))
     assert ch.stepped == stepped
     ok = chooser(CPU, 0.6, max_k=4, steps=1, step_s=0.001)
     for _ in range(20):
@@ -391,7 +391,7 @@ def test_node_rates_prune_a_fixed_tree_to_what_is_accepted():
     nr.calibrate(CPU)
 
     class P:
-        nodes = [0, 1, 2, 3, 4]
+        plan = auto.Plan(nodes=[0, 1, 2, 3, 4])
 
     class A:
         seen = ([0, 2, 4], None, None)  # (proposal nodes on the accepted path, …)
@@ -491,17 +491,6 @@ def test_medusa_with_auto_reproduces_ar(target, tmp_path):
 # --- each repeat of a turn starts from the state repeat 0 started from ---------------------
 
 
-def as_data(x):
-    """A policy's state as plain values (an object by its fields), so two states compare."""
-    if isinstance(x, dict):
-        return {str(k): as_data(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [as_data(v) for v in x]
-    if hasattr(x, "__dict__"):
-        return {"class": type(x).__name__, **as_data(vars(x))}
-    return x
-
-
 @pytest.mark.parametrize("name", ["ngram", "draft"])
 def test_a_repeat_starts_from_the_state_its_first_measurement_started_from(
     target, near_draft_dir, name
@@ -514,36 +503,20 @@ def test_a_repeat_starts_from_the_state_its_first_measurement_started_from(
     m.calibrate(CPU, (0.001, 0.0))
     p, q = prompts(2, seed=9)
     m.ready(tuple(p))
-    first = as_data(m.auto.state())
+    first = as_data(m.policy.state())
     run(m, p, n=24)
     run(m, q, n=24)
-    learned = as_data(m.auto.state())
+    learned = as_data(m.policy.state())
     assert learned != first  # two turns moved it
     m.ready(tuple(p))
-    assert as_data(m.auto.state()) == first
+    assert as_data(m.policy.state()) == first
     m.ready(tuple(q))  # q first started after p's turn: from there, not from now
-    assert as_data(m.auto.state()) not in (first, learned)
+    assert as_data(m.policy.state()) not in (first, learned)
     m.calibrate(CPU, (0.001, 0.0))  # new costs: the states remembered on the old ones go
-    assert not m.auto.snapshots
+    assert not m.policy.snapshots
 
 
 # --- a run: recorded, summarised, lossless at T = 1 -------------------------------------------
-
-
-def run_args(target, out, *extra):
-    return [
-        "model=hf",
-        f"model.target={target}",
-        "model.dtype=float32",
-        "device=cpu",
-        "task=code",
-        "limit=2",
-        "max_new_tokens=12",
-        "repeats=1",
-        "remeasure=0",
-        f"out={out}",
-        *extra,
-    ]
 
 
 def test_a_run_records_and_summarises_the_chosen_k(tiny_target_dir, tmp_path):
@@ -561,13 +534,14 @@ def test_a_run_records_and_summarises_the_chosen_k(tiny_target_dir, tmp_path):
     assert min(hist) <= row.mean_k <= max(hist) and 0 <= row.plain_rounds <= 1
     assert (row.plain_rounds > 0) == (0 in hist)
     env = json.loads((tmp_path / "env.json").read_text())
-    auto = env["method_info"]["auto"]
-    assert set(auto) == {"measured", "limits", "priors", "learned", "constants"}
+    auto = env["method_info"]["policy"]
+    assert set(auto) == {"kind", "measured", "limits", "priors", "learned", "constants"}
+    assert auto["kind"] == "Chooser"
     assert auto["measured"]["round_ms"] > 0  # the lookup's cost, measured on the warm-up turn
     assert auto["priors"]["alpha"] == [0.5] * 16  # ngram: PRIOR at every depth, assumed
     assert auto["learned"] == auto["priors"]  # calibrated, no round learned from yet
     assert auto["constants"]["PROBE_EVERY"] == 8 and "PROBE_EVERY" not in auto["measured"]
-    end = env["method_info"]["auto_end"]  # the policy as the measured turns left it
+    end = env["method_info"]["policy_end"]  # the policy as the measured turns left it
     assert set(end) == set(auto) and end["measured"] == auto["measured"]
     assert end["learned"] != end["priors"]  # the measured turns' rounds moved it
 
@@ -634,9 +608,9 @@ def test_constructors_never_time_the_engine(name, target, tmp_path, monkeypatch)
         m = eagle_method(target, "eagle", tmp_path, k="auto")
     else:
         m = method(name, make_ctx(target, k="auto"))
-    assert m.auto is not None and m.auto.costs is None and not timed
+    assert m.policy.costs is None and not timed
     res = run(m, prompts(1, seed=5)[0], n=12)  # ready() plans with a provisional curve
-    assert m.auto.costs is not None and res.output_ids
+    assert m.policy.costs is not None and res.output_ids
 
 
 def test_a_forced_policy_drafts_every_round():

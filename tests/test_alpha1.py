@@ -9,9 +9,8 @@ import json
 import pandas as pd
 import pytest
 from conftest import compose
-from helpers import DRAFTERS, engine_of, make_ctx, prompts, run, tiny_knobs
+from helpers import DRAFTERS, as_data, engine_of, make_ctx, prompts, run, run_args, tiny_knobs
 from omegaconf import OmegaConf
-from test_adaptive import as_data, run_args
 
 from bench.outputs import records as rec
 from bench.outputs.metrics import summarize
@@ -41,17 +40,17 @@ def test_the_forced_pass_drafts_every_round_and_repeats_start_alike(
     cfg = draft_cell(tiny_target_dir, near_draft_dir, tmp_path, "k=auto", "repeats=2")
     runner = Runner(cfg, tmp_path)
     starts, timed = [], []
-    enter, prepare = runner.method.auto.enter, runner.prepare
+    enter, prepare = runner.method.policy.enter, runner.prepare
 
     def spy_enter(key):  # the state each turn starts from, after any restore
         enter(key)
-        starts.append((key, as_data(runner.method.auto.state())))
+        starts.append((key, as_data(runner.method.policy.state())))
 
     def spy_prepare():
         prepare()
         timed.append(len(starts))  # the measured turns' starts come after this
 
-    runner.method.auto.enter, runner.prepare = spy_enter, spy_prepare
+    runner.method.policy.enter, runner.prepare = spy_enter, spy_prepare
     path = runner.run()
     recs = method_records(path)
     first = [r for r in recs if r["turn"] == 0]
@@ -98,7 +97,7 @@ def test_each_learned_drafter_drafts_one_token_every_round_in_the_pass(env, name
     ctx = make_ctx(env[engine_of(name)], "auto")
     ctx.model_cfg = OmegaConf.create({d: str(env[d]) for d in DRAFTERS})
     m = forced.build(method_config(name, tiny_knobs(name)), ctx)
-    assert m.auto is None
+    assert type(m.policy).__name__ in ("FixedChain", "FixedTree")  # nothing adapts
     res = run(m, prompts(1, seed=3)[0], n=24)
     assert res.round_depth and set(res.round_depth) == {1}
     assert res.drafted_tokens == len(res.round_depth) == res.target_forwards - 1

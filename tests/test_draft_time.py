@@ -109,10 +109,11 @@ def test_an_automatic_budget_is_built_without_timing_the_full_curve(tmp_path):
     d = save_head(engine, "eagle", tmp_path / "head")
     m = eagle_method(engine, "eagle", d, total_tokens="auto", k=6)
     assert probe.timed(engine) is None  # nothing cached: the full curve was not timed
-    assert [int(q) for q in m.info["verify_cost_ms"]] == list(budget.QUICK)
+    assert [int(q) for q in m.info["policy"]["limits"]["verify_cost_ms"]] == list(budget.QUICK)
     full = probe.curve(engine, warm=True)
     again = eagle_method(engine, "eagle", d, total_tokens="auto", k=6)
-    assert again.info["verify_cost_ms"] == {q: round(c * 1e3, 2) for q, c in full.items()}
+    cost = again.info["policy"]["limits"]["verify_cost_ms"]
+    assert cost == {q: round(c * 1e3, 2) for q, c in full.items()}
 
 
 def test_eagle_rechooses_its_budget_from_the_warm_curve_and_never_drafts_deeper(target, tmp_path):
@@ -120,7 +121,7 @@ def test_eagle_rechooses_its_budget_from_the_warm_curve_and_never_drafts_deeper(
     m = eagle_method(target, "eagle", d, total_tokens="auto", k=6)
     steep = {1: 1.0, 2: 1.2, 4: 2.0, 8: 4.0}  # only 2 tokens fit 1.5 × a decoding step
     assert m.calibrate(steep) or (m.total_tokens, m.depth) == (1, 1)
-    assert (m.total_tokens, m.depth) == (1, 1) and m.info["asked_depth"] == 6
+    assert (m.total_tokens, m.depth) == (1, 1) and m.policy.asked_depth == 6
     flat = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.1}
     m.calibrate(flat)
     assert m.total_tokens == 15 and m.depth == 6  # deep again: the budget allows it

@@ -139,7 +139,7 @@ def test_medusa_sampling_is_seeded(target, tmp_path):
 def test_check_distribution_passes_on_a_medusa_tree(tiny_target_dir, tmp_path):
     """The tree rule on a real Medusa tree (point-mass siblings at several depths), at T = 1."""
     from conftest import compose
-    from test_distcheck import tiny_run
+    from helpers import tiny_run
 
     from bench.run.runner import execute
     from groundfloor.models import load_model
@@ -256,7 +256,7 @@ def test_medusa_runs_only_the_heads_its_nodes_come_from(target, tmp_path):
 
     m = build_method(OmegaConf.create({**knobs, "k": "auto", "tree": "medium"}), make_ctx(target))
     m.calibrate({1: 0.004, 2: 0.005, 4: 0.006, 8: 0.008}, (0.0005, 0.0))
-    m.auto.choose = lambda steps, allowed=None: []  # k=auto verifies none of the template
+    m.policy.choose = lambda steps, allowed=None: []  # k=auto verifies none of the template
     calls.clear()
     for i, blk in enumerate(m.heads.blocks):
         blk.register_forward_hook(lambda mod, inp, out, i=i: calls.append(i))

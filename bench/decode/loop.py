@@ -27,7 +27,7 @@ import torch
 from bench.decode.turn import TurnResult
 from bench.decode.wholeturn import generate_whole
 from groundfloor.clock import Clock
-from groundfloor.sampling import SamplingParams
+from groundfloor.sampling import SamplingParams, next_token
 from groundfloor.state import DecodeState
 
 
@@ -64,7 +64,7 @@ def generate(
     with clock.phase("draft"):  # the drafter's own prefill: drafting work, wherever it runs
         method.draft_prefill(state, logits)
     with clock.phase("other"):
-        first = method.first_token(state, logits)
+        first = next_token(logits, state.sampling, state.generator)
         state.append([first])
         clock.mark("ttft")
     res.accept_lengths.append(1)

@@ -44,7 +44,7 @@ class TurnResult:
         self.round_start.append(start)
         self.round_accepted.append(acc.n_draft_accepted)
         self.round_depth.append(acc.depth)
-        self.round_k.append(acc.drafted if proposal.chosen is None else proposal.chosen)
+        self.round_k.append(acc.drafted)
         self.round_steps.append(proposal.steps)
         self.accept_lengths.append(kept)
         self.drafted_tokens += acc.drafted

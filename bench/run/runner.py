@@ -137,7 +137,8 @@ class Runner:
         return turns
 
     def drafting_cost(self, warm: dict) -> tuple[dict, tuple[float, float, float]]:
-        """k=auto: (the cost curve anchored to the baseline's warm step (engines.probe.anchored),
+        """What the method's policy is calibrated with (Policy.priced; a fixed k needs none):
+        for k=auto (the cost curve anchored to the baseline's warm step (engines.probe.anchored),
         the drafter's (seconds per step, seconds per round) and the loop's per-round overhead
         beyond c(1)), measured on one untimed pass of each side after the warm-up (whose
         first calls pay one-off costs: allocations, a first native call, caches grown; read
@@ -145,8 +146,10 @@ class Runner:
         every round of the method's pass drafting (a learned drafter's rounds after plain ones
         pay a catch-up: read as steps, EAGLE-2's measured 2.9-3.5 ms against 0.8): never
         assumed."""
-        if self.method.auto is None:
-            return self.cost_curve, (0.0, 0.0, 0.0)
+        return self.method.policy.priced(lambda: self.measure_drafting(warm), self.cost_curve)
+
+    def measure_drafting(self, warm: dict) -> tuple[dict, tuple[float, float, float]]:
+        """drafting_cost's untimed pass of each side, every round of the method's drafting."""
         if not warm["method"]:  # warmup=0: a pass of each side that absorbs the first calls
             self.warm_pass(warm)
         measured = {"baseline": [], "method": []}
@@ -240,7 +243,7 @@ class Runner:
                     progress.advance(task_id)
         finally:
             writer.close()
-            self.record_auto_end(writer, env)
+            self.record_policy_end(writer, env)
         return writer.path
 
     def check_distribution(self) -> distcheck.DistCheck:
@@ -259,11 +262,11 @@ class Runner:
             device=self.device,
         )
 
-    def record_auto_end(self, writer, env: dict) -> None:
-        """env.json again, with k=auto's policy as the measured turns left it (its refits)."""
-        if self.method.auto is not None:
-            env["method_info"]["auto_end"] = self.method.auto.summary()
-            writer.write_env(env, self.cfg)
+    def record_policy_end(self, writer, env: dict) -> None:
+        """env.json again, with the draft-size policy as the measured turns left it (k=auto's
+        refits; a fixed k's sizes)."""
+        env["method_info"]["policy_end"] = self.method.policy.summary()
+        writer.write_env(env, self.cfg)
 
     def run_batched(self, writer, progress=None, task_id=None) -> None:
         """batch=B: every prompt not yet measured, decoded B at a time, each side's batch runs

@@ -1,5 +1,11 @@
 """`k=auto`: each round drafts the length (or tree size) that maximises expected tokens per second.
 
+    costs   the cost model T(k), the Policy every size policy answers as, a round's Plan
+    chain   a chain's length (Chooser) and its confidence stop (Walk)
+    tree    a scored tree's nodes (TreeChooser), a template's (NodeRates), the drafting switch
+    rates   acceptance by depth and bucket, a drafter's confidence calibration, the probes
+    fixed   a fixed k behind the same interface (FixedChain, FixedTree)
+
 A round that drafts k tokens and verifies them in one target forward costs
 
     T(k) = c(1) + r + ρ·(c(k + 1) − c(1) + s(k)·d)       (T(0) = c(1) + r: a plain step)
@@ -49,8 +55,9 @@ A turn met again (a measurement repeat) starts from the policy's state when it f
 and what it learned (Policy.summary).
 """
 
-from methods.auto.chain import Chooser, best_chain, expected
-from methods.auto.costs import AUTO, Costs, Policy
+from methods.auto.chain import Chooser, Walk, best_chain, expected
+from methods.auto.costs import AUTO, Costs, Plan, Policy, affordable
+from methods.auto.fixed import Always, FixedChain, FixedTree
 from methods.auto.rates import (
     PRIOR,
     PROBE_EVERY,
@@ -73,7 +80,8 @@ from methods.auto.tree import (
 )
 
 __all__ = [
-    "AUTO", "PRIOR", "PROBE_EVERY", "PROBE_MAX", "REFERENCE_EVERY", "Chooser", "Confidence",
-    "Costs", "Depths", "Gain", "NodeRates", "Policy", "Probes", "TreeChooser", "best_chain",
-    "best_prefix", "depths_of", "expected", "fade", "rule_depth", "subtree", "trained_prior",
+    "AUTO", "PRIOR", "PROBE_EVERY", "PROBE_MAX", "REFERENCE_EVERY", "Always", "Chooser",
+    "Confidence", "Costs", "Depths", "FixedChain", "FixedTree", "Gain", "NodeRates", "Plan",
+    "Policy", "Probes", "TreeChooser", "Walk", "affordable", "best_chain", "best_prefix",
+    "depths_of", "expected", "fade", "rule_depth", "subtree", "trained_prior",
 ]  # fmt: skip

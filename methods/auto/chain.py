@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from methods.auto.costs import Costs, Policy
+from methods.auto.costs import Costs, Plan, Policy
 from methods.auto.rates import (
     BINS,
     DECAY,
@@ -43,7 +43,9 @@ class Chooser(Policy):
     ch = Chooser(max_k=8, steps_per_token=0)       # a lookup method
     ch.calibrate(curve, step_s, round_s)           # the run's warm curve and drafter cost
     k = ch.length(bucket)                          # before drafting
-    ch.record(bucket, drafted, accepted)           # after the verify
+    walk = ch.walk()                               # a drafter that reads its confidence:
+    walk.go(lambda: conf)                          #   before each token (False: stop here)
+    ch.learn(proposal, acc)                        # after the verify (proposal.plan: walk.plan())
     """
 
     def __init__(self, max_k: int, steps_per_token: int, prior: list[float] | float = 0.5):
@@ -106,11 +108,16 @@ class Chooser(Policy):
         the running rate at its depth."""
         return self.conf.rate(conf, self.depths.alphas()[min(drafted, self.max_k - 1)])
 
+    def walk(self, bucket=None) -> "Walk":
+        """A chain drafter's early stop for this round (keep_going), token by token."""
+        return Walk(self, bucket)
+
     def learn(self, proposal, acc, seconds: float | None = None) -> None:
         if self.steps_per_token and proposal.steps and not self.probing:
             self.stepped = self.stepped * DECAY + 1
             self.went = self.went * DECAY + (1 if acc.drafted else 0)
-        self.record(proposal.bucket, acc.drafted, acc.n_draft_accepted, proposal.confs)
+        plan = proposal.plan
+        self.record(plan.bucket, acc.drafted, acc.n_draft_accepted, plan.confs)
 
     def record(self, bucket, drafted: int, accepted: int, confs: list[float] | None = None):
         if not drafted:
@@ -138,3 +145,28 @@ class Chooser(Policy):
     def constants(self) -> dict:
         return {"PRIOR_WEIGHT": PRIOR_WEIGHT, "DECAY": DECAY, "PROBE_EVERY": PROBE_EVERY,
                 "PROBE_MAX": PROBE_MAX, "BINS": BINS}  # fmt: skip
+
+
+class Walk:
+    """One round of a chain drafter that reads its confidence before each token (the draft
+    model): `go(conf_of)` reads it (conf_of(): the drafter's top probability, computed only
+    where a policy reads it) and says whether the token still pays (Chooser.keep_going); the
+    expected tokens and reach so far, and the confidences of the tokens let through, are kept
+    here and handed back as the round's plan."""
+
+    def __init__(self, chooser: Chooser, bucket=None):
+        self.ch, self.bucket = chooser, bucket
+        self.e = self.reach = 1.0
+        self.confs: list[float] = []
+
+    def go(self, conf_of) -> bool:
+        conf, drafted = conf_of(), len(self.confs)
+        if not self.ch.keep_going(self.e, self.reach, drafted, conf):
+            return False
+        self.reach *= self.ch.rate(conf, drafted)
+        self.e += self.reach
+        self.confs.append(conf)
+        return True
+
+    def plan(self) -> Plan:
+        return Plan(bucket=self.bucket, confs=self.confs)

@@ -6,12 +6,34 @@ from __future__ import annotations
 import bisect
 import copy
 from collections import OrderedDict
+from dataclasses import dataclass
 
 AUTO = "auto"  # the value of k that turns the policy on
 VERIFY_MEAN = 0.9  # weight of the past in the loop's verify means (about ten rounds)
 SCALE_MIN, SCALE_MAX = 0.5, 5.0  # the range the loop's measured verify scale is kept in
 SNAPSHOTS = 256  # turns whose starting policy is remembered (their repeats restore it)
 UNSAVED = ("forced", "snapshots")  # a run's switch and the store itself: not learned state
+
+
+def affordable(curve: dict, ratio: float) -> int:
+    """The largest n with curve[n] ≤ ratio · c(1) (at least the smallest size timed): a round
+    may cost at most `ratio` times a plain step (methods.budget, a fixed tree's node budget)."""
+    base = curve[min(curve)]
+    ok = [n for n, c in curve.items() if c <= ratio * base]
+    return max(ok) if ok else min(curve)
+
+
+@dataclass
+class Plan:
+    """What a round's policy chose, handed back to it with the round's outcome (Policy.learn):
+    the context its rates are kept for (n-gram methods: the match length), a chain drafter's
+    confidence before each token it drafted, a scored tree's per-node reach, a template's node
+    ids. A method fills what its policy reads; a fixed policy reads nothing."""
+
+    bucket: object = None
+    confs: list | None = None
+    reach: list | None = None
+    nodes: list | None = None
 
 
 class Costs:
@@ -106,16 +128,50 @@ def running_mean(old: float | None, new: float, past: float = VERIFY_MEAN) -> fl
 
 
 class Policy:
-    """What every k=auto policy shares: the run's costs, set by `calibrate`, and their summary."""
+    """What every draft-size policy answers, and what k=auto's share: the run's costs, set by
+    `calibrate`, and their summary. A method always holds one (methods.base.Method.policy):
+    k=auto's (chain.Chooser, tree.TreeChooser, tree.NodeRates) or a fixed k's (fixed.py)."""
 
     costs: Costs | None = None
     # every round drafts (a learned drafter's plain-round switch is off): set while the run
     # measures the drafter's cost per step, so that each round after the first is a steady one
     forced = False
 
-    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
+    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> bool:
+        """The run's warm curve and drafting costs (bench.run.runner, after warm-up): the rates
+        start again from the prior for the measured turns. → True when a fixed size changed."""
         self.costs = Costs(curve, step_s, round_s, overhead_s)
         self.snapshots = OrderedDict()  # states remembered on other costs describe no turn now
+        self.reset()
+        return False
+
+    def reset(self) -> None:
+        """Forget what the rounds taught (the rates, the drafting switch)."""
+
+    def priced(self, measure, curve: dict) -> tuple[dict, tuple]:
+        """What the run calibrates this policy with: (the cost curve, the drafter's seconds per
+        step and per round and the loop's overhead), read by `measure()` (an untimed pass of
+        both sides after warm-up, bench.run.runner); a fixed policy needs none of it."""
+        return measure()
+
+    def ready(self, provisional, key: tuple | None = None) -> None:
+        """Before a turn (untimed): a policy no run has calibrated (a method driven without the
+        runner's warm-up: tests, tools) plans with `provisional()`, the engine's curve or a
+        quick one; a turn seen before starts from the state it first started from (enter)."""
+        if self.costs is None:
+            self.calibrate(provisional())
+        if key is not None:
+            self.enter(key)
+
+    def round_done(self, proposal, acc, seconds=None, verify_s=None) -> None:
+        """After a round's verify (timed as draft): the loop's measured verify refits the
+        costs (Costs.observe), then the policy learns from the round (learn)."""
+        if self.costs is not None:
+            self.costs.observe(1 + len(proposal.tokens), verify_s)
+        self.learn(proposal, acc, seconds)
+
+    def learn(self, proposal, acc, seconds: float | None = None) -> None:
+        """The round's outcome (methods.base.Accepted) against its plan (proposal.plan)."""
 
     # --- a repeat starts where its first measurement started (as suffix's and recycling's
     # cross-turn state does): without it repeat 1 of a prompt started with the rates, the
@@ -150,7 +206,7 @@ class Policy:
             snaps.popitem(last=False)
 
     def summary(self) -> dict:
-        """env.json's `method_info.auto` (and `auto_end`, as the measured turns left it), kept
+        """env.json's `method_info.policy` (and `policy_end`, as the measured turns left it), kept
         apart by where each number comes from: `measured` (what the run timed: the curve's c(1)
         as anchored after warm-up, the drafter's seconds per step and per round, the loop's
         overhead), `limits` (the largest draft a round may choose), `priors` (where each
@@ -171,6 +227,7 @@ class Policy:
             "level": None if c is None else round(c.level(), 3),  # loop's plain verify ÷ c(1)
         }
         return {
+            "kind": type(self).__name__,
             "measured": measured,
             "limits": self.limits(),
             "priors": {"rho": 1.0, "verify_scale": 1.0, "level": 1.0, **self.priors()},

@@ -140,10 +140,11 @@ class TreeChooser(Policy):
         self.prior, self.depth = prior, max_depth
         self.reset()
 
-    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> None:
+    def calibrate(self, curve: dict, step_s=0.0, round_s=0.0, overhead_s=0.0) -> bool:
         super().calibrate(curve, step_s, round_s, overhead_s)
         if self.prior is not None:
             self.depth = rule_depth(self.prior, self.costs, self.max_depth)
+        return False
 
     def reset(self) -> None:
         self.reached = [0.0] * (self.max_depth + 1)
@@ -199,12 +200,13 @@ class TreeChooser(Policy):
 
     def learn(self, proposal, acc, seconds: float | None = None) -> None:
         self.gains.realized(acc.n_draft_accepted, seconds)
-        if proposal.reach is None or not len(proposal.tokens):
+        reach = proposal.plan.reach
+        if reach is None or not len(proposal.tokens):
             return
         depth = proposal.layout.depth
         fade(self.predicted)
         fade(self.reached)
-        for i, r in enumerate(proposal.reach[: proposal.n_draft]):
+        for i, r in enumerate(reach[: proposal.n_draft]):
             d = min(int(depth[i + 1]), self.max_depth)
             self.predicted[d] += r
         for d in range(1, min(acc.n_draft_accepted, self.max_depth) + 1):
@@ -298,7 +300,7 @@ class NodeRates(Policy):
 
     def learn(self, proposal, acc, seconds: float | None = None) -> None:
         self.gains.realized(acc.n_draft_accepted, seconds)
-        nodes = proposal.nodes  # the template ids of the verified nodes
+        nodes = proposal.plan.nodes  # the template ids of the verified nodes
         if nodes is None:
             return
         path = set(acc.seen[0]) if acc.seen else set()
