@@ -11,6 +11,11 @@
     progress    the one progress bar of every command
     machine     the job's CPUs and their capacity under a cgroup quota
     loops       repetition loops in a turn's token ids (the records' loop flag)
+    load        other work on this machine around a span of ours (load average, steal)
+    memory      peak-memory probes around one turn
+    devices     host → device copies for the decode loop (pinned, non-blocking on CUDA)
+    provenance  which code produced a measurement (HEAD and the files that differ)
+    stats       the two-sample test of check=distribution, Bonferroni's correction
 
 Floors above, each importing only downward (contracts in pyproject.toml, checked by
 import-linter in `make test`): engines and tasks; drafters; methods; bench (the run); and on

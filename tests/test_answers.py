@@ -230,7 +230,7 @@ def test_a_real_runs_files_give_its_summary_through_speed_py(tiny_target_dir, tm
     categories (MT-Bench's `reasoning` is not our math) and turns decoded from repeat 0's ids;
     speed.py's arithmetic on them gives summary.csv's speedup_specbench and tau_round, overall
     and per category."""
-    from test_cli import bench
+    from helpers import bench
     from transformers import AutoTokenizer
 
     cats = ("writing", "reasoning", "math_reasoning", "rag")

@@ -3,45 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 from conftest import ROOT, compose
+from helpers import ENV, bench, tiny_args
 
 from bench.outputs.metrics import COLUMNS
-
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
-
-
-def bench(*args, cwd=ROOT):
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
-        cwd=cwd,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def tiny_args(target, out, *extra):
-    return [
-        "model=hf",
-        f"model.target={target}",
-        "model.dtype=float32",
-        "device=cpu",
-        "task=code",
-        "limit=2",
-        "max_new_tokens=12",
-        "repeats=2",
-        "warmup=1",
-        "remeasure=0",
-        f"out={out}",
-        *extra,
-    ]
 
 
 def test_run_writes_every_output(tiny_target_dir, tmp_path):

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import compose
-from helpers import make_ctx, method, prompts
+from helpers import make_ctx, method, prompts, tiny_run
 
 from bench.decode.loop import generate
 from bench.run.distcheck import END
@@ -27,29 +27,6 @@ from groundfloor.sampling import SamplingParams
 from groundfloor.stats import bonferroni, two_sample_pvalue
 from methods.base import Method
 from methods.ngram import NGram
-
-
-def tiny_run(target, out, *extra):
-    return [
-        "model=hf",
-        f"model.target={target}",
-        "model.dtype=float32",
-        "device=cpu",
-        "task=code",
-        "limit=1",
-        "max_new_tokens=8",
-        "repeats=1",
-        "warmup=0",
-        "remeasure=0",
-        "temperature=1",
-        "top_k=8",
-        "check=distribution",
-        "dist_samples=200",
-        "dist_positions=3",
-        f"out={out}",
-        *extra,
-    ]
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # many small ops: a second thread only waits
 

@@ -155,7 +155,7 @@ def test_hf_assisted_with_distilled_draft(tmp_path, target):
 
 
 def test_peers_refuse_lean(tiny_target_dir, tmp_path):
-    from test_cli import bench, tiny_args
+    from helpers import bench, tiny_args
 
     for m in ("hf_pld", "hf_assisted"):
         p = bench(f"method={m}", "engine=lean", *tiny_args(tiny_target_dir, tmp_path / m))
@@ -172,7 +172,7 @@ def test_peer_runs_beside_ours_on_cli(tiny_target_dir, tmp_path):
     import json
 
     import pandas as pd
-    from test_cli import bench, tiny_args
+    from helpers import bench, tiny_args
 
     out = tmp_path / "pld"
     p = bench("method=hf_pld", *tiny_args(tiny_target_dir, out, "repeats=1"))

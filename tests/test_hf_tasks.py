@@ -200,7 +200,7 @@ def test_offline_miss_is_one_line_with_the_prefetch_command(monkeypatch, tmp_pat
 
 def test_offline_miss_on_the_command_line(tmp_path):
     import datasets  # noqa: F401  (make install installs it: this test must run)
-    from test_cli import bench
+    from helpers import bench
 
     p = bench(
         "task=natural_questions", f"task.cache_dir={tmp_path}", "limit=1", f"out={tmp_path / 'o'}"

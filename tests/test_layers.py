@@ -3,6 +3,8 @@ planted uphill import or cycle; every module of bench/ is in a room the contract
 
 from __future__ import annotations
 
+import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -104,24 +106,77 @@ LONG_FUNCTIONS = 11
 VERY_LONG_FUNCTIONS = 0
 
 
-def test_long_functions_do_not_creep_back():
-    import ast
+def functions(tree, prefix: str = ""):
+    """(qualified name, node) of every function in a module, methods as Class.name and nested
+    functions as outer.inner, so that two functions of one name never hide each other."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield prefix + node.name, node
+            yield from functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from functions(node, f"{prefix}{node.name}.")
+        else:
+            yield from functions(node, prefix)
 
-    lengths = {}
+
+def code_files():
+    """The non-test Python files of the tree."""
+    skip = ("tests", "results", "reports", "build", "outputs", "multirun", "wheels")
     for path in ROOT.glob("*/**/*.py"):
         rel = path.relative_to(ROOT)
-        skip = ("tests", "results", "reports", "build", "outputs", "multirun", "wheels")
         if rel.parts[0] in skip or any(
             p.startswith(".") or p == "site-packages" for p in rel.parts
         ):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lengths[f"{rel}:{node.name}"] = node.end_lineno - node.lineno + 1
+        yield rel, path
+
+
+def test_long_functions_do_not_creep_back():
+    lengths = {}  # keyed by file, qualified name and line: no two functions share a key
+    for rel, path in code_files():
+        for name, node in functions(ast.parse(path.read_text())):
+            lengths[f"{rel}:{name}:{node.lineno}"] = node.end_lineno - node.lineno + 1
     over_50 = sorted((n, f) for f, n in lengths.items() if n > 50)
     over_100 = [x for x in over_50 if x[0] > 100]
     assert len(over_50) <= LONG_FUNCTIONS, over_50
     assert len(over_100) <= VERY_LONG_FUNCTIONS, over_100
+
+
+def test_the_length_ratchet_tells_same_named_functions_apart():
+    src = "\n".join(
+        [
+            "class A:",
+            "    def f(self): pass",
+            "class B:",
+            "    def f(self):",
+            "        def g(): pass",
+        ]
+    )
+    names = [name for name, _ in functions(ast.parse(src))]
+    assert names == ["A.f", "B.f", "B.f.g"]
+
+
+def package_docs():
+    """(package folder, its docstring, its modules and subpackages) of every package."""
+    for pkg in PACKAGES:
+        for init in sorted((ROOT / pkg).rglob("__init__.py")):
+            folder = init.parent
+            members = sorted(
+                [p.stem for p in folder.glob("*.py") if p.name != "__init__.py"]
+                + [d.name for d in folder.iterdir() if (d / "__init__.py").exists()]
+            )
+            yield folder, ast.get_docstring(ast.parse(init.read_text())) or "", members
+
+
+def test_every_package_docstring_names_its_modules():
+    """Each package's docstring names every module and subpackage of its folder (a new module
+    joins its package's map), and every file it names as `x.py` is there."""
+    for folder, doc, members in package_docs():
+        missing = [m for m in members if m != "__main__" and not re.search(rf"\b{m}\b", doc)]
+        assert not missing, f"{folder.relative_to(ROOT)}/__init__.py names none of {missing}"
+        named = set(re.findall(r"(?<![/\w.])(\w+)\.py\b", doc))
+        stale = sorted(named - set(members))
+        assert not stale, f"{folder.relative_to(ROOT)}/__init__.py names {stale}, not there"
 
 
 def test_bench_holds_the_run_not_the_rest():

@@ -10,9 +10,8 @@ import json
 import pytest
 import torch
 from conftest import compose
-from helpers import GREEDY, prompts, run
+from helpers import GREEDY, prompts, run, tiny_run
 from omegaconf import OmegaConf
-from test_distcheck import tiny_run
 
 from bench.run.runner import execute
 from drafters import selfdraft

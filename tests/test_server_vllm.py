@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_cli import ENV
+from helpers import ENV
 
 from bench.serve.server import get
 from bench.serve.summary import SERVE_COLUMNS

