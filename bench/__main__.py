@@ -41,8 +41,8 @@ def fail(msg: str) -> None:
 def run(cfg: DictConfig) -> None:
     from rich.console import Console
 
-    from bench.outputs.table import print_summary
-    from bench.run.runner import execute
+    from bench.outputs.table import print_summary  # cost: pandas, rich, torch; --help stays fast
+    from bench.run.runner import execute  # cost: torch, scipy (~2.3 s); --help stays fast
 
     out = Path(HydraConfig.get().runtime.output_dir)
     place_job(cfg)
@@ -50,8 +50,8 @@ def run(cfg: DictConfig) -> None:
     if cfg.engine == "openai":
         print(ALIAS_NOTE, file=sys.stderr)
     if backend(cfg) == "server":  # a server the suite starts (bench/serve/)
-        from bench.outputs.table import print_serve_summary
-        from bench.serve.cell import execute as execute_cell
+        from bench.outputs.table import print_serve_summary  # cost: pandas, rich, torch
+        from bench.serve.cell import execute as execute_cell  # cost: torch, only for backend=server
 
         with progress_bar(console) as progress:
             summary, _, cell = execute_cell(cfg, out, progress)
@@ -110,8 +110,6 @@ def place_job(cfg: DictConfig) -> None:
     on a machine with several GPUs each job takes GPU (job number mod GPUs)."""
     import torch
     from omegaconf import OmegaConf
-
-    from groundfloor.errors import UserError
 
     hc = HydraConfig.get()
     launcher = OmegaConf.to_container(hc.launcher, resolve=True) if "launcher" in hc else {}

@@ -23,7 +23,10 @@ import torch
 from torch import nn
 
 from drafters import storage
-from engines.hf import cache_kwarg
+from drafters.weights import int8_kernel
+from engines import build
+from engines.hf import HFEngine, cache_kwarg
+from engines.lean import LeanEngine
 
 MARKER = "specsweep_draft.json"
 
@@ -158,25 +161,18 @@ def load_engine(path: Path, target, weights: str = "float"):
     state = storage.read(Path(path) / "model.safetensors")
     d2t = state["d2t"].long().to(target.device)
     if target.name == "lean":
-        from engines import build
-        from engines.lean import LeanEngine
-
         cfg = copy.deepcopy(cfg)
         cfg.tie_word_embeddings = False
         tensors = {k: v for k, v in state.items() if k.startswith("model.")}
         tensors["model.embed_tokens.weight"] = target.embed_weight
         tensors["lm_head.weight"] = state["head.weight"]
         if weights == "int8":
-            from drafters.weights import int8_kernel
-
             fmt, kernel = "int8", int8_kernel()
         else:
             fmt, kernel = str(target.dtype).removeprefix("torch."), "aten"
         model = build.build(cfg, tensors, fmt, target.dtype, target.device, kernel)
         model.embed = target.embed_weight  # shared storage, not a copy
         return LeanEngine(model, fmt, f"distilled draft {path}"), d2t
-    from engines.hf import HFEngine
-
     draft = DistilledDraft(cfg, target.embed_weight, state["d2t"])
     draft.load_state_dict(
         {k: v.to(target.dtype) if v.is_floating_point() else v for k, v in state.items()}

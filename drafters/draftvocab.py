@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from drafters.weights import to_linear
+
 
 def inverse(ids: torch.Tensor | None, vocab: int) -> torch.Tensor:
     """t2d: target id → position in `ids` (−1 outside); `ids` None means every id."""
@@ -35,8 +37,6 @@ class DraftVocab:
     def quantize(self) -> None:
         """Score through an int8 copy of the rows (drafters.weights); the full vocabulary is the
         target's own layer and stays as the target runs it."""
-        from drafters.weights import to_linear
-
         if self.ids is not None:
             self.linear, self.weight = to_linear(self.weight), None  # the float copy freed
 

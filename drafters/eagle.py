@@ -37,6 +37,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from drafters import eagle_native, storage
+from drafters.draftvocab import DraftVocab
 from engines.base import additive, tree_mask
 
 KINDS = ("eagle", "eagle3")
@@ -164,8 +166,6 @@ class EagleHead(nn.Module):
         output layer (drafters.draftvocab); eagle3: the rows of its own output layer (and d2t
         entries) whose tokens rank first in `frequent`, in draft-id order, tokens it does not
         list after those it does. Lossless either way: only which tokens are drafted changes."""
-        from drafters.draftvocab import DraftVocab
-
         if self.kind == "eagle":
             self.vocab = DraftVocab(self.out_head, frequent, size)
             return self.vocab.size
@@ -225,8 +225,6 @@ class EagleHead(nn.Module):
     def use_native(self) -> bool:
         """Draft with the layer as one native call where it runs int8 on the native kernels
         (drafters.eagle_native); whether it does."""
-        from drafters import eagle_native
-
         self.native = eagle_native.build(self)
         return self.native is not None
 
@@ -289,8 +287,6 @@ def save(
     int8: tuple[str, ...] = (),
 ):
     """The published layout; `int8` names matrices stored in int8 (drafters.storage)."""
-    from drafters import storage
-
     out.mkdir(parents=True, exist_ok=True)
     state = {}
     for k, v in head.state_dict().items():
@@ -318,8 +314,6 @@ def save(
 
 def read_state(path: Path) -> dict:
     if (path / "model.safetensors").exists():
-        from drafters import storage
-
         return storage.read(path / "model.safetensors")
     if (path / "pytorch_model.bin").exists():
         return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)

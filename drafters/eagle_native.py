@@ -24,6 +24,7 @@ import torch
 
 from engines import hugepages, native
 from engines.formats import NATIVE, Linear
+from engines.lean import Rotary, check_supported
 
 
 def _parts(lin: Linear) -> list[torch.Tensor]:
@@ -64,8 +65,6 @@ class NativeStep:
     biases) as one native call; see the module doc."""
 
     def __init__(self, head, mod):
-        from engines.lean import Rotary
-
         layer, cfg = head.layer, head.config
         attn, mlp = layer.self_attn, layer.mlp
         self.mod, self.kind = mod, head.kind
@@ -150,8 +149,6 @@ class NativeStep:
 def build(head) -> NativeStep | None:
     """The head's native step, or None where its layer cannot take it (float layers, a bias, a
     rotary kind the lean engine lacks, no native kernels, SPECSWEEP_LAYER_CALL=0)."""
-    from engines.lean import check_supported
-
     mod = native.kernels()[0]
     if mod is None or not native.layer_call():
         return None

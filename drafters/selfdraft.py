@@ -22,6 +22,10 @@ from __future__ import annotations
 
 import torch
 
+from engines import bf16file, build, gguf, native
+from engines.gguf import GROUP, Q4_1
+from engines.lean import LeanEngine
+from engines.load import Source
 from groundfloor.errors import UserError
 
 KINDS = ("q4_1", "int4")
@@ -47,8 +51,6 @@ def kind_of(spec) -> str | None:
 def symmetric_q4(w: torch.Tensor):
     """w (out, in) as symmetric 4-bit groups of 32 (the module docstring's rule), in GGUF Q4_1's
     form (q ∈ 0..15, d, m = −8·d): what the int4 kernels run."""
-    from engines.gguf import GROUP, Q4_1
-
     o, i = w.shape
     g = w.float().view(o, i // GROUP, GROUP)
     peak = g.gather(-1, g.abs().argmax(-1, keepdim=True)).squeeze(-1)
@@ -62,10 +64,6 @@ def load_engine(kind: str, target, model_cfg, device, d2t: torch.Tensor | None =
     """(draft engine, what it is in words) for self:`kind` beside the running `target`; with
     `d2t` (draft vocabulary → target ids) its output layer keeps those rows only."""
     import copy
-
-    from engines import build, gguf, native
-    from engines.lean import LeanEngine
-    from engines.load import Source
 
     if target.name != "lean":
         raise UserError(f"model.draft=self:{kind} needs engine=lean (the draft runs our kernels)")
@@ -87,8 +85,6 @@ def load_engine(kind: str, target, model_cfg, device, d2t: torch.Tensor | None =
 def stored_tensors(kind: str, target, source) -> tuple[dict, str]:
     """The self-draft's tensors by transformers name (int4 projections as Q4_1 blocks), and
     what they are; one error line where the target does not allow `kind`."""
-    from engines import build, gguf
-
     if kind == "q4_1":
         if source.gguf is None:
             raise UserError(
@@ -107,8 +103,6 @@ def stored_tensors(kind: str, target, source) -> tuple[dict, str]:
             f"model.weights={target.weights}: use model.weights=bfloat16"
         )
     if source.gguf is not None:
-        from engines import bf16file
-
         tensors = bf16file.tensors(source.gguf)
     else:
         tensors = build.state_dict_of(str(source.local_dir()))

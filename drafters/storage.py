@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from engines.formats import quantize_int8
+
 SCALE = ".int8_scale"
 
 
@@ -25,8 +27,6 @@ def write(state: dict, path: Path, int8: tuple[str, ...] = ()) -> None:
     out = {}
     for k, v in state.items():
         if k in int8 and v.is_floating_point() and v.dim() == 2:
-            from engines.formats import quantize_int8
-
             q, s = quantize_int8(v)
             out[k], out[k + SCALE] = q, s.float()
         else:

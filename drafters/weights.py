@@ -23,15 +23,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engines import native
 from engines.formats import GROUP, Linear
+from engines.native import kernels
 from groundfloor.errors import UserError
 
 MODES = ("auto", "float", "int8")
 
 
 def native_ready(device) -> bool:
-    from engines.native import kernels
-
     return torch.device(device).type == "cpu" and kernels()[0] is not None
 
 
@@ -51,16 +51,12 @@ def choose(setting: str, weight: torch.Tensor, rows: int, device) -> str:
         return "float"
     if not native_ready(device):
         if setting == "int8":
-            from engines.native import kernels
-
             why = kernels()[1] if torch.device(device).type == "cpu" else f"device {device}"
             raise UserError(
                 f"drafter_weights=int8 needs the native CPU kernels ({why}); "
                 "use drafter_weights=float or auto"
             )
         return "float"
-    from engines import native
-
     if setting == "int8" or native.integer_simd():
         return "int8"
     return "float"
@@ -80,8 +76,6 @@ def quantize(module: nn.Module) -> nn.Module:
 def int8_kernel() -> str:
     """The native kernel a drafter's int8 layers run on: native_q8a where the build has integer
     SIMD (AVX2, AVX-512), else native."""
-    from engines import native
-
     return "native_q8a" if native.integer_simd() else "native"
 
 

@@ -35,10 +35,14 @@ from pathlib import Path
 
 import torch
 
-from engines import native
+from engines import bf16file, build, gguf, native
 from engines.cpu import cpu_flags
-from engines.formats import FLOATS, FORMATS, Linear
+from engines.formats import FLOATS, FORMATS, Linear, cuda_int4_tiles
+from engines.hf import HFEngine
+from engines.lean import LeanEngine, check_supported
+from engines.probe import time_linear
 from groundfloor.errors import UserError
+from groundfloor.models import embedded_gguf, resolve_path
 
 ENGINES = ("auto", "hf", "lean")
 WEIGHTS = ("auto",) + FORMATS
@@ -68,8 +72,6 @@ class Source:
     """Where a model's tensors come from: a transformers directory, maybe a GGUF file too."""
 
     def __init__(self, spec: str):
-        from groundfloor.models import embedded_gguf, resolve_path
-
         self.spec = spec
         self.dir = resolve_path(spec)
         self.gguf = embedded_gguf(spec)  # the GGUF blocks behind an embedded:NAME, else None
@@ -103,8 +105,6 @@ class Source:
 
 
 def resolve_engine(source: Source, engine: str) -> tuple[str, str]:
-    from engines.lean import check_supported
-
     _check(engine, ENGINES, "engine")
     if engine == "hf":
         return "hf", "asked for"
@@ -130,8 +130,6 @@ def resolve_weights(
         return dtype, "engine=hf runs the checkpoint in model.dtype"
     cuda = torch.device(device).type == "cuda"
     if weights == "int4" and cuda:
-        from engines.formats import cuda_int4_tiles
-
         width = int(source.config.hidden_size)
         if cuda_int4_tiles(width) is None:
             raise UserError(
@@ -160,8 +158,6 @@ def build_engine(source: Source, engine: str, weights: str, dtype: str, device, 
     if engine == "hf":
         from transformers import AutoModelForCausalLM
 
-        from engines.hf import HFEngine
-
         try:
             model = AutoModelForCausalLM.from_pretrained(source.dir, dtype=tdtype)
         except (OSError, ValueError) as e:
@@ -169,15 +165,10 @@ def build_engine(source: Source, engine: str, weights: str, dtype: str, device, 
             raise UserError(f"cannot load model {source.spec!r}: {first}")
         model.to(device).eval().requires_grad_(False)
         return HFEngine(model)
-    from engines import build, gguf
-    from engines.lean import LeanEngine
-
     if source.gguf is not None and weights == "int4":
         tensors, _ = gguf.read(source.gguf)
         where = f"GGUF blocks of {Path(source.gguf).name}"
     elif source.gguf is not None and weights == "bfloat16":
-        from engines import bf16file
-
         tensors = bf16file.tensors(source.gguf)
         where = f"bf16 from the shipped {gguf_format(source.gguf)} file {Path(source.gguf).name}"
     else:
@@ -280,8 +271,6 @@ def _timed_float_kernel(source: Source) -> tuple[str, dict]:
 
 
 def _time_kernel(kernel: str, shapes) -> float:
-    from engines.probe import time_linear
-
     return time_linear(lambda w: Linear.from_float(w, "float32", kernel=kernel), shapes)
 
 
@@ -402,12 +391,7 @@ def wrap(model, engine: str = "hf", weights: str | None = None, kernel: str = "a
     """An engine over an in-memory transformers model (tests, training): hf as is, or a lean
     model built from its state dict in `weights` (default: its own dtype)."""
     if engine == "hf":
-        from engines.hf import HFEngine
-
         return HFEngine(model)
-    from engines import build
-    from engines.lean import LeanEngine
-
     p = next(model.parameters())
     fmt = weights or str(p.dtype).removeprefix("torch.")
     lean = build.build(model.config, dict(model.state_dict()), fmt, p.dtype, p.device, kernel)

@@ -14,6 +14,8 @@ import weakref
 
 import torch
 
+from groundfloor.clock import Clock
+
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 _CURVES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -23,8 +25,6 @@ def step_costs(engine, sizes=SIZES, context: int = 128, repeats: int = 3) -> dic
     """{q: median seconds of one forward over q new tokens after `context` cached tokens}.
     The sizes are timed round-robin, one forward of each per repeat after one untimed round,
     so that a slow moment of the machine lands on every size alike rather than on one."""
-    from groundfloor.clock import Clock
-
     engine = unshared(engine)
     vocab = engine.vocab_size
     dev = engine.device

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from drafters import draftmodel, selfdraft, weights
+from drafters import draftmodel, selfdraft, storage, weights
+from engines.load import load
 from groundfloor.errors import UserError
 from groundfloor.models import check_same_vocab, load_tokenizer, resolve_path
 from groundfloor.sampling import probs, sample
@@ -60,8 +61,6 @@ class Draft(Method):
                 self.weights = weights.choose(ctx.drafter_weights, head, 1, ctx.device)
             self.model, self.d2t = draftmodel.load_engine(local, ctx.target, self.weights)
         else:
-            from engines.load import load
-
             dtype = str(ctx.target.dtype).removeprefix("torch.")
             self.model, _ = load(
                 str(path), ctx.device, engine=ctx.target.name, dtype=dtype, kernel="aten"
@@ -79,8 +78,6 @@ class Draft(Method):
         drafts), or a model config's drafter by name (eagle3: the shipped head's)."""
         if spec in (None, "none"):
             return None
-        from drafters import storage
-
         path = ctx.model_cfg.get(str(spec)) or spec
         try:
             state = storage.read(Path(resolve_path(str(path))) / "model.safetensors")

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from drafters import draftmodel
 from groundfloor.errors import UserError
+from groundfloor.models import check_same_vocab, load_model, resolve_path
 from methods import knobs
 from methods.hf_generate import HFGenerate
 
@@ -25,9 +27,6 @@ class HFAssisted(HFGenerate):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        from drafters import draftmodel
-        from groundfloor.models import check_same_vocab, resolve_path
-
         knobs.need(
             self,
             0 <= float(cfg.confidence) <= 1,
@@ -50,8 +49,6 @@ class HFAssisted(HFGenerate):
         if draftmodel.is_distilled(local):
             self.model = draftmodel.to_transformers(local, target)
         else:
-            from groundfloor.models import load_model
-
             self.model, tok = load_model(str(path), ctx.device, ctx.target.dtype)
             check_same_vocab(ctx.tokenizer, tok, ctx.target, self.model, str(path))
         self.model.generation_config.num_assistant_tokens = self.k

@@ -10,6 +10,7 @@ picks hf for them; `bench.run.config.validate` refuses engine=lean in one line).
 
 from __future__ import annotations
 
+from groundfloor.errors import UserError
 from methods import knobs, sizing
 from methods.auto import FixedChain
 from methods.base import Method
@@ -24,8 +25,6 @@ class HFGenerate(Method):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         if ctx.target.name != ENGINE or not hasattr(ctx.target, "model"):
-            from groundfloor.errors import UserError
-
             raise UserError(
                 f"method={cfg.name} runs transformers' generate() and needs "
                 f"engine=hf (the transformers model); engine={ctx.target.name} has none"

@@ -14,21 +14,20 @@ import sys
 from statistics import mean
 
 from groundfloor.errors import UserError
+from groundfloor.prompting import encode
 from tasks.loader import _task_cfg, load_prompts
 
 
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
-    from groundfloor.models import resolve_path
+    from groundfloor.models import resolve_path  # cost: torch (~1.5 s), only for --tokenizer
 
     return AutoTokenizer.from_pretrained(resolve_path(name))
 
 
 def stats(prompts, tokenizer=None) -> list[dict]:
     """One row per task: counts and mean lengths."""
-    from groundfloor.prompting import encode
-
     rows = []
     for task in dict.fromkeys(p.task for p in prompts):
         ps = [p for p in prompts if p.task == task]

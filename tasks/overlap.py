@@ -29,6 +29,7 @@ from typing import Iterable, Iterator
 
 from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
+from tasks.humaneval_pkg import package_file
 
 DATA = Path(__file__).resolve().parent / "data"
 TRAIN_PROMPTS = ROOT / "train" / "prompts"
@@ -144,8 +145,6 @@ def benchmark_sets(extra: Iterable[Path] = ()) -> dict[str, list[Text]]:
         sets["mt_bench"] = list(read_texts(mt))
     try:
         import gzip
-
-        from tasks.humaneval_pkg import package_file
 
         with gzip.open(package_file(), "rt", encoding="utf-8") as fh:
             sets["humaneval"] = [

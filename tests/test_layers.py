@@ -190,3 +190,63 @@ def test_bench_holds_the_run_not_the_rest():
     code = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
     bench = [p for p in code if p.relative_to(ROOT).parts[0] == "bench"]
     assert lines(bench) <= 0.47 * lines(code), (lines(bench), lines(code))
+
+
+SAYS_WHY = re.compile(r"#\s*(cost|optional|cycle)\b")
+
+
+def bare_imports_in_functions(source: str) -> list[int]:
+    """The lines of the imports of our own packages (relative ones included) inside a function
+    whose first line gives no reason in a word (# cost:, # optional:, # cycle:)."""
+    lines = source.splitlines()
+    bare = set()
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Import):
+                ours = any(a.name.split(".")[0] in PACKAGES for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                ours = node.level > 0 or (node.module or "").split(".")[0] in PACKAGES
+            else:
+                continue
+            if ours and not SAYS_WHY.search(lines[node.lineno - 1]):
+                bare.add(node.lineno)
+    return sorted(bare)
+
+
+def test_imports_inside_functions_say_why():
+    """An import of our own modules inside a function says why it is not at the top, in a word
+    (cost, optional, cycle), on its first line; any other belongs at the top of its module."""
+    bare = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if any(p in ("build", "results") or p.startswith(".") for p in rel.parts[:-1]):
+                continue
+            text = path.read_text()
+            lines = text.splitlines()
+            bare += [f"{rel}:{n}: {lines[n - 1].strip()}" for n in bare_imports_in_functions(text)]
+    why = "move each to its module's top, or say why not (# cost: / # optional: / # cycle: ...)"
+    assert not bare, why + "\n" + "\n".join(bare)
+
+
+def test_a_bare_import_inside_a_function_is_flagged():
+    src = "\n".join(
+        [
+            "import json",
+            "from engines import cpu",
+            "",
+            "",
+            "def f():",
+            "    import os",
+            "    from groundfloor.errors import UserError",
+            "    from tasks import hf  # optional: datasets, only when asked for",
+            "    from bench.run import (  # cycle: planted",
+            "        cells,",
+            "    )",
+            "    from . import sibling",
+            "    return json, cpu, os, UserError, hf, cells, sibling",
+        ]
+    )
+    assert bare_imports_in_functions(src) == [7, 12]

@@ -23,13 +23,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from groundfloor.errors import UserError
+from groundfloor.models import load_model
+from train import loop
+from train.__main__ import spec_class, training_data
 
 
 def run(cfg: DictConfig) -> dict:
-    from groundfloor.models import load_model
-    from train import loop
-    from train.__main__ import spec_class, training_data
-
     heads = list(cfg.get("heads") or [])
     if not heads:
         raise UserError("+heads=[dir, ...] names no head to evaluate")
@@ -58,8 +57,6 @@ def run(cfg: DictConfig) -> dict:
 
 def _on(spec, held: list[dict], keep) -> dict:
     """train.loop's evaluate over the held-out sequences `keep` selects, with their count."""
-    from train import loop
-
     spec.seqs["eval"] = [s for s in held if keep(s)]
     return {**loop.evaluate(spec), "sequences": len(spec.seqs["eval"])}
 

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
+from tasks.overlap import N, benchmark_texts, ngrams, row_text
+from tasks.prompt import read_jsonl
 from train import categories, codetasks, wordproblems
 from train.codetasks import code_tasks
 from train.wordproblems import math_word
@@ -118,8 +120,6 @@ def chitchat() -> list[dict]:
 
 
 def templated() -> list[dict]:
-    from tasks.prompt import read_jsonl
-
     rows = []
     for f in sorted(TEMPLATED.glob("*.jsonl")):
         for r in read_jsonl(f):
@@ -129,8 +129,6 @@ def templated() -> list[dict]:
 
 def from_file(path: Path) -> list[dict]:
     """Prompts from any JSONL file in Spec-Bench's question format."""
-    from tasks.prompt import read_jsonl
-
     return [{**r, "source": path.stem} for r in read_jsonl(path)]
 
 
@@ -154,8 +152,6 @@ LICENCES["code_tasks"] = "BSD-3 (networkx 3.6.1 and sympy 1.14.0 functions, trai
 
 def build(names: list[str], extra_benchmarks: list[Path] = ()) -> tuple[list[dict], dict]:
     """(rows, stats): the sources' prompts, exact duplicates and benchmark overlaps dropped."""
-    from tasks.overlap import N, benchmark_texts, ngrams, row_text
-
     unknown = [n for n in names if n not in SOURCES and not n.endswith(".jsonl")]
     if unknown:
         raise UserError(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from drafters import medusa
+from drafters import draftmodel, medusa
 from drafters.draftvocab import DraftVocab, inverse
 from groundfloor.errors import UserError
 
@@ -274,8 +274,6 @@ class DraftSpec(SequenceSpec):
         init: str | None = None,
         keep_vocab: bool = True,
     ):
-        from drafters import draftmodel
-
         self.batch_size, self.base = batch_size, base
         self.init = str(init) if init else None
         self.split(data, holdout)
@@ -317,8 +315,6 @@ class DraftSpec(SequenceSpec):
         return loss, loss.detach()[None], acc.detach()[None]
 
     def save(self, out: Path, eval_result: dict) -> None:
-        from drafters import draftmodel
-
         draftmodel.save(
             self.module,
             out,
@@ -336,8 +332,6 @@ class DraftSpec(SequenceSpec):
 def warm_draft(path: Path, target, num_layers: int):
     """The saved draft model at `path` (drafters.draftmodel's layout), in float32, checked
     against the spec's depth."""
-    from drafters import draftmodel
-
     if not draftmodel.is_distilled(path):
         raise UserError(
             f"drafter.init={str(path)!r} is not a saved draft model (no {draftmodel.MARKER}); "

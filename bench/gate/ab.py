@@ -44,6 +44,7 @@ from bench.gate.rules import Tolerances, env_problems
 from bench.gate.table import print_table
 from bench.gate.trios import REMEASURE, TREES, Measurer, collapse
 from bench.gate.verdict import headline, simulated_line, write_json
+from bench.gate.worker import PROTOCOL
 from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
 
@@ -55,8 +56,6 @@ class Worker:
 
     def __init__(self, name: str, root: Path, experiment: Path, extra: list[str], log: Path,
                  kinds: str, plant: float = 0.0):  # fmt: skip
-        from bench.gate.worker import PROTOCOL
-
         self.name, self.log = name, log
         cmd = [sys.executable, "-m", "bench.gate.worker", "--experiment", str(experiment)]
         cmd += ["--kinds", kinds, *(["--plant-slowdown", str(plant)] if plant else []), *extra]
@@ -107,8 +106,6 @@ class Worker:
 
 
 def refused(name: str, protocol) -> str:
-    from bench.gate.worker import PROTOCOL
-
     return (
         f"the {name} tree's gate worker speaks protocol {protocol}, this gate {PROTOCOL}: "
         "re-record the baseline (python -m bench.gate --update on a clean tree, then commit it)"
@@ -118,8 +115,6 @@ def refused(name: str, protocol) -> str:
 def check_protocol(tree: Path) -> None:
     """Refuse a recorded commit whose worker speaks another protocol before starting it (an old
     worker would not even parse this gate's arguments)."""
-    from bench.gate.worker import PROTOCOL
-
     text = (tree / "bench" / "gate" / "worker.py").read_text()
     found = re.search(r"^PROTOCOL = (\d+)", text, re.M)
     protocol = int(found.group(1)) if found else None

@@ -53,7 +53,10 @@ from bench.gate.rules import Tolerances, compare, env_problems
 from bench.gate.table import print_table
 from bench.gate.units import stored, units_of
 from bench.gate.verdict import headline, write_json
+from bench.outputs.records import load
 from bench.run.config import check_overrides
+from bench.run.runner import execute
+from engines.cpu import cpu_kind
 from groundfloor.errors import UserError
 from groundfloor.progress import progress_bar
 from groundfloor.provenance import dirty_files, head_commit
@@ -81,9 +84,6 @@ def run_method(method: str, overrides: list[str], out: Path, progress=None, shar
     """({"summary": overall row, "units": per unit}, env) of one run, or (None, reason) when the
     method's default config cannot run here (e.g. it needs a drafter that is not configured);
     errors once the run has started measuring propagate."""
-    from bench.outputs.records import load
-    from bench.run.runner import execute
-
     cfg = gate_config(method, overrides, out)
     try:
         summary, _, _ = execute(cfg, out, progress, shared)
@@ -290,8 +290,6 @@ def gate_quick(
 ) -> int:
     """--quick: this tree alone against this CPU kind's recorded entry (one job, half the time
     of A/B; only where the baseline has an entry for this CPU kind)."""
-    from engines.cpu import cpu_kind
-
     tol = Tolerances.from_dict(exp)
     kind = cpu_kind()
     entry = base["machines"].get(kind)

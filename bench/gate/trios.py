@@ -19,6 +19,7 @@ import sys
 import time
 
 from bench.gate.units import unit_key
+from groundfloor.progress import progress_bar
 
 TREES = ("A", "B", "A′")
 REMEASURE = 2  # extra tries of a unit that other work disturbed
@@ -104,8 +105,6 @@ class Measurer:
         """Every prompt of every (non-batch) cell, then every group of every batch cell; stops
         early past `deadline` (time.perf_counter()) → whether it finished."""
         from rich.console import Console
-
-        from groundfloor.progress import progress_bar
 
         work = [(c, {"prompt": p}) for p in prompts for c in cells]
         work += [(c, {"group": g}) for g in range(groups) for c in batch]

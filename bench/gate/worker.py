@@ -38,18 +38,26 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.gate.cells import cells, rows_of
+from bench.run.interference import interfered
+from groundfloor.errors import UserError
+from tasks.prompt import Prompt
+
 PROTOCOL = 2
 
 
 def build(exp_path: Path, extra: list[str], out: Path, kinds: set[str], plant: float):
     """({cell name: (Cell, prepared Runner, Batched or None)}, {cell name: why skipped})."""
-    from bench.gate.cells import cells
-    from bench.gate.experiment import auto_k, gate_config, load_experiment, method_names
-    from bench.gate.plant import plant_batch, plant_turns
-    from bench.run.batched import Batched
-    from bench.run.config import validate
-    from bench.run.runner import Runner
-    from groundfloor.errors import UserError
+    from bench.gate.experiment import (  # cost: hydra (~150 ms); ab.py imports this for PROTOCOL
+        auto_k,
+        gate_config,
+        load_experiment,
+        method_names,
+    )
+    from bench.gate.plant import plant_batch, plant_turns  # cost: torch; ab.py reads PROTOCOL
+    from bench.run.batched import Batched  # cost: torch (~1.4 s); ab.py reads PROTOCOL
+    from bench.run.config import validate  # cost: hydra (~130 ms); ab.py reads PROTOCOL
+    from bench.run.runner import Runner  # cost: torch, scipy (~2.1 s); ab.py reads PROTOCOL
 
     exp = load_experiment(exp_path)
     overrides = [*exp["run_overrides"], *extra]
@@ -89,8 +97,6 @@ def build(exp_path: Path, extra: list[str], out: Path, kinds: set[str], plant: f
 
 def groups(runner, size: int, runs: int) -> list[list]:
     """The batch cell's `runs` groups of `size` prompts, first turns only."""
-    from tasks.prompt import Prompt
-
     ps = runner.prompts
     return [
         [
@@ -104,8 +110,6 @@ def groups(runner, size: int, runs: int) -> list[list]:
 def conversation(runner, prompt_id: str) -> list[dict]:
     """Every turn of one prompt with the runner's method, as the protocol returns them
     ("disturbed": other work took the machine during the turn, bench.run.interference)."""
-    from bench.run.interference import interfered
-
     prompt = next(p for p in runner.prompts if p.id == prompt_id)
     turns = runner.conversation(runner.method, prompt, runner.max_new(prompt))
     return [
@@ -123,8 +127,6 @@ def conversation(runner, prompt_id: str) -> list[dict]:
 def batch_run(runner, batched, group: list) -> dict:
     """One batch run of the method side over a group, each prompt at its own budget (its wall:
     the time some sequence was inside its turn's clock, bench.decode.batch)."""
-    from bench.run.interference import interfered
-
     run, load = batched.side("method", group, [runner.max_new(p) for p in group])
     return {
         "wall_ns": int(run.wall_s * 1e9),
@@ -142,9 +144,8 @@ def distribution(runner) -> dict:
 
 
 def serve(built: dict, skipped: dict, exp_path: Path, proto, requests) -> None:
-    from bench.gate.cells import rows_of
-    from bench.gate.experiment import ENV_KEYS, load_experiment
-    from bench.outputs.records import env_info
+    from bench.gate.experiment import ENV_KEYS, load_experiment  # cost: hydra; ab.py reads PROTOCOL
+    from bench.outputs.records import env_info  # cost: torch (~1.2 s); ab.py reads PROTOCOL
 
     _, first, _ = next(iter(built.values()))
     env = env_info(

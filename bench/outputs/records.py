@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from engines.cpu import FLAGS_THAT_MATTER, cpu_flags, cpu_kind
+from engines.load import gguf_format
 from groundfloor import provenance
 from groundfloor.errors import UserError
 from groundfloor.loops import looping
@@ -106,8 +107,6 @@ def turn_fields(res) -> dict:
 def target_format(choice: dict) -> str:
     """The target's weights as a table names them: a GGUF's own blocks by the file's format
     (Q4_1), its 16-bit copy as "bf16 (from Q4_1)", else the resolved format."""
-    from engines.load import gguf_format
-
     src = str(choice.get("source", ""))
     if src.startswith("GGUF blocks of"):
         return gguf_format(src)

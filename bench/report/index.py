@@ -27,6 +27,7 @@ from bench.report.batch import batch_section
 from bench.report.group import SECTIONS, Group
 from bench.report.runs import load_runs, slug
 from bench.report.serve import is_server, server_section
+from bench.report.specbench_import import import_cells, parse_method_args
 from bench.report.writer import Writer
 from groundfloor.errors import UserError
 from groundfloor.paths import ROOT
@@ -165,7 +166,7 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
         for section in SECTIONS:
             section(x)
     if len(cells):
-        from bench.report import targets  # (also run alone: python -m bench.report.targets)
+        from bench.report import targets  # cycle: -m bench.report.targets would import it twice
 
         targets.section(w, cells)
         device_section(w, cells)
@@ -200,8 +201,6 @@ def build(paths: list[Path], out: Path, imported: pd.DataFrame | None = None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.report.specbench_import import import_cells, parse_method_args
-
     ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
     ap.add_argument(
         "runs", nargs="*", type=Path, help="run directories or folders of them (default: results/)"

@@ -18,6 +18,8 @@ import pandas as pd
 
 from bench.report import charts, tables
 from bench.report.runs import load_runs, slug
+from bench.run.config import sweep_id
+from groundfloor.paths import ROOT
 
 PLAIN = "plain decoding (ar)"
 
@@ -124,9 +126,6 @@ def section(w, cells: pd.DataFrame) -> None:
 def paths_of(args: list[str]) -> list[Path]:
     """Run or sweep folders; `--sweep "OVERRIDES"`: the folder that sweep command wrote (its
     results/sweep_<id>, bench.run.config.sweep_id)."""
-    from bench.run.config import sweep_id
-    from groundfloor.paths import ROOT
-
     out, it = [], iter(args)
     for a in it:
         if a == "--sweep":

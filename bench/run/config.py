@@ -332,7 +332,7 @@ def _validate_measuring(cfg) -> None:
     _need(
         cfg.check in CHECKS, f"check={cfg.check!r} is not valid; choose one of: {', '.join(CHECKS)}"
     )
-    from drafters.weights import check as check_drafter_weights
+    from drafters.weights import check as check_drafter_weights  # cost: torch (1.7 s) for one check
 
     check_drafter_weights(cfg.drafter_weights)
     _need(

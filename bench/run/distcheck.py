@@ -35,7 +35,7 @@ import torch
 
 from bench.decode.loop import generate
 from groundfloor.errors import UserError
-from groundfloor.prompting import encode
+from groundfloor.prompting import encode, seed_for
 from groundfloor.stats import bonferroni, two_sample_pvalue
 
 END = -1  # the "token" at positions after an EOS
@@ -99,8 +99,6 @@ def continuations(
 ) -> tuple[list, dict]:
     """`samples` continuations of `positions` tokens, padded with END after an EOS; each draw has
     its own seed, and the two roles never share one."""
-    from groundfloor.prompting import seed_for
-
     out, drafted, accepted = [], 0, 0
     for s in range(samples):
         gen = torch.Generator(device=device)

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from bench.outputs import records
 from bench.run import cells
+from bench.run.config import validate
 from bench.run.interference import Rules, interfered
 from engines.load import load
 from groundfloor import provenance
@@ -66,8 +67,6 @@ def open_cell(cfg, out: Path) -> tuple[str, dict | None, bool]:
     an unfinished one continues (a last records line that a kill cut short is dropped). `out`
     that cannot be written, holding another cell, this cell measured by other code, this cell
     with resume=false, or records with a corrupt line, is refused in one line, left as it is."""
-    from bench.run.config import validate
-
     validate(cfg)
     writable_dir(out)
     h, state = cells.cell_hash(cfg), cells.read(out)

@@ -20,7 +20,7 @@ from bench.decode.loop import generate
 from bench.outputs import records as rec
 from bench.outputs.answers import answer_text, recount, write_answers
 from bench.outputs.verdict import turn_verdicts
-from bench.run import distcheck, forced, lifecycle
+from bench.run import cells, distcheck, forced, lifecycle
 from bench.run.batched import Batched
 from bench.run.interference import Band, Rules, measure
 from engines import probe
@@ -383,8 +383,7 @@ def execute(cfg: DictConfig, out: Path, progress=None, shared: dict | None = Non
     `shared`: engines loaded by earlier cells of the process (Runner)."""
     import pandas as pd
 
-    from bench.outputs.metrics import summarize
-    from bench.run import cells
+    from bench.outputs.metrics import summarize  # cost: pandas (~260 ms), not for the gate's Runner
 
     h, state, skip = lifecycle.open_cell(cfg, out)
     if skip:

@@ -20,14 +20,16 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench.outputs import records as rec
+from bench.outputs.answers import write_answers
 from bench.outputs.verdict import first_divergence
-from bench.run import lifecycle
+from bench.run import cells, lifecycle
 from bench.serve import client, scrape
 from bench.serve.load import run_pass
 from bench.serve.server import Server, command, get, server_k
 from groundfloor.errors import UserError
 from groundfloor.loops import looping
 from groundfloor.machine import cpu_name
+from groundfloor.models import load_tokenizer, resolve_path
 from groundfloor.prompting import encode, seed_for
 from groundfloor.provenance import git_sha
 from tasks.fit import context_limit
@@ -38,8 +40,6 @@ ROLES = ("baseline", "method")
 
 class Cell:
     def __init__(self, cfg, out: Path):
-        from groundfloor.models import load_tokenizer
-
         self.cfg, self.out, self.s = cfg, out, cfg.server
         self.prompts = lifecycle.pick_prompts(cfg)
         self.tokenizer = load_tokenizer(str(cfg.model.target))
@@ -366,8 +366,6 @@ def served_context(target: str) -> int | None:
     """The served model's context length, from its config (as the in-process run reads it)."""
     from transformers import AutoConfig
 
-    from groundfloor.models import resolve_path
-
     try:
         return context_limit(AutoConfig.from_pretrained(resolve_path(target)))
     except (OSError, ValueError):  # a model only the server knows: the server enforces it
@@ -383,9 +381,7 @@ def execute(cfg, out: Path, progress=None):
 
     import pandas as pd
 
-    from bench.outputs.answers import write_answers
-    from bench.run import cells
-    from bench.serve.summary import summarize
+    from bench.serve.summary import summarize  # cost: pandas, scipy (~1 s); only execute needs it
 
     h, state, skip = lifecycle.open_cell(cfg, out)
     if skip:

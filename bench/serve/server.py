@@ -30,7 +30,7 @@ from groundfloor.paths import group_options
 
 
 def placeholders(cfg) -> dict[str, str]:
-    from groundfloor.models import embedded_gguf, resolve_path
+    from groundfloor.models import embedded_gguf, resolve_path  # cost: torch (1.1 s); else stdlib
 
     s, model, method = cfg.server, cfg.model, cfg.method
     out = {"{host}": str(s.host), "{port}": str(s.port), "{served}": str(s.served_name)}

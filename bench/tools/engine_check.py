@@ -37,9 +37,10 @@ import torch
 
 from bench.decode.loop import generate
 from bench.tools import llamacpp_peer
-from engines import probe
-from engines.load import load
+from engines import bf16gguf, probe
+from engines.load import KERNELS, gguf_format, load
 from groundfloor.clock import Clock, settle_heap
+from groundfloor.machine import cpu_name
 from groundfloor.models import embedded_gguf, load_tokenizer, resolve_device
 from groundfloor.prompting import encode
 from groundfloor.sampling import SamplingParams
@@ -52,8 +53,6 @@ CURVE = (1, 2, 4, 8, 16, 32, 64)
 
 def parse(spec: str) -> dict:
     """engine:weights[:dtype][:kernel][:compile], e.g. lean:int4:native_q8a."""
-    from engines.load import KERNELS
-
     parts = spec.split(":")
     if parts[0] not in ("hf", "lean") or len(parts) < 2:
         raise SystemExit(
@@ -328,9 +327,6 @@ def start_peers(model: str, mode: str, configs: list[dict]) -> dict:
     """llama.cpp's workers by GGUF format: on the model's own GGUF, and where a config runs
     the 16-bit copy (weights bfloat16), on a BF16 GGUF of the same weights (engines.bf16gguf);
     {} when off, not installed or without a GGUF. A worker that dies starting is one line."""
-    from engines import bf16gguf
-    from engines.load import gguf_format
-
     gguf = embedded_gguf(model)
     python = llamacpp_peer.venv_python()
     if mode == "off" or gguf is None or not python.exists():
@@ -351,8 +347,6 @@ def start_peers(model: str, mode: str, configs: list[dict]) -> dict:
 
 
 def _cpu() -> str:
-    from groundfloor.machine import cpu_name
-
     return cpu_name()
 
 

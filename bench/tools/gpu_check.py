@@ -45,12 +45,14 @@ from bench.outputs.records import load
 from bench.run.cells import code_change
 from bench.run.config import compose, method_defaults
 from bench.run.runner import execute
+from drafters import eagle, medusa
 from groundfloor import provenance
 from groundfloor.errors import UserError
 from groundfloor.machine import cpu_name
 from groundfloor.models import resolve_device
 from groundfloor.paths import ROOT, group_options, writable_dir
 from methods.registry import method_tests
+from tasks.loader import _task_cfg, load_prompts
 
 # every method of conf/method/ but the plain baselines (k: 0, what the others interleave): a new
 # method's YAML puts it here
@@ -74,8 +76,6 @@ def tokenizer(vocab: int):
     """A word-level tokenizer of `vocab` ids over the benchmark prompts' most frequent words."""
     import re
     from collections import Counter
-
-    from tasks.loader import _task_cfg, load_prompts
 
     words = Counter(
         w
@@ -172,8 +172,6 @@ def random_drafter(name: str, target, path: Path, seed: int = 0) -> Path:
 def tiny_drafters(target, folder: Path) -> dict:
     """Random Medusa, EAGLE and EAGLE-3 heads for the tiny target, and its perturbed copy; any
     other drafter of conf/drafter/ from its own `_test.random` (random_drafter)."""
-    from drafters import eagle, medusa
-
     out = {}
     d = folder / "draft"
     save_model(perturbed(target, 0.1, 5), d)

@@ -30,6 +30,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from engines.load import load
+from groundfloor.machine import cpu_name
 
 # (group, substrings of the profiler's event names), first match wins
 GROUPS = (
@@ -132,8 +133,6 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     if a.rows < 1:
         ap.error(f"--rows {a.rows}: use an integer >= 1 (new tokens per forward)")
-
-    from groundfloor.machine import cpu_name
 
     engine, choice = load(
         a.model,
