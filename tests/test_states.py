@@ -207,3 +207,58 @@ def test_one_call_engines_decode_each_prompt_as_alone(tiny_target_dir):
     for x, r in zip(got, rebuilt):
         for layer in LAYERS:
             assert torch.equal(x["hidden"][layer], r[layer]), layer
+
+
+def test_states_on_the_fly_are_the_up_front_ones_written_once(
+    tiny_target_dir, tmp_path, monkeypatch
+):
+    """With lazy=True (training's path) no state is computed before a record's are read; then
+    its shard's, and only its, are computed and written, and the files hold the bits the up-front
+    build writes. A second read, and a later run, map them: each shard is computed once. The
+    global RNG is left as it was (the head's draws are a cached run's)."""
+    monkeypatch.setattr(distill, "SHARD", 4)
+    words = "write a short poem about the sea and explain the answer step by step".split()
+    rows = [
+        {
+            "question_id": f"t{i}",
+            "category": "general",
+            "turns": [" ".join(words[i % 5 : i % 5 + 6])] + (["and more"] if i % 3 == 0 else []),
+        }
+        for i in range(10)
+    ]
+    how = {**HOW, "ids_dir": str(tmp_path / "repo")}
+    monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "up"))
+    up = distill.build(str(tiny_target_dir), rows, 10, LAYERS, how, batch=3)
+    monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "fly"))
+    computed = []
+    real = states._shard_states
+    monkeypatch.setattr(
+        states, "_shard_states", lambda e, recs, l: computed.append(recs) or real(e, recs, l)
+    )
+    fly = distill.build(str(tiny_target_dir), rows, 10, LAYERS, how, batch=3, lazy=True)
+    folder = next((tmp_path / "fly" / "distill").glob("*/states-*"))
+    assert computed == [] and not list(folder.iterdir())  # nothing before training reads
+    assert all(set(x["hidden"]) == set(LAYERS) and 1 in x["hidden"] for x in fly)
+    assert computed == []  # the layers are known without computing them
+    sizes = [len(distill.load_ids(f)) for f in sorted((tmp_path / "repo").glob("*/shard-*"))]
+    rng = torch.get_rng_state()
+    last = fly[-1]["hidden"][-1]  # a record of the last shard: that shard alone
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert len(computed) == 1 and computed[0][-1] is fly[-1]
+    assert sorted(f.name for f in folder.iterdir()) == ["shard-0002.h-1.pt", "shard-0002.h1.pt"]
+    assert torch.equal(last, up[-1]["hidden"][-1])
+    for a, b in zip(fly, up):  # every shard as the up-front build has it, bit for bit
+        for layer in LAYERS:
+            assert a["hidden"][layer].dtype == torch.bfloat16
+            assert torch.equal(a["hidden"][layer], b["hidden"][layer]), (a["id"], layer)
+    assert [len(c) for c in computed] == [sizes[2], sizes[0], sizes[1]]  # in order of need
+    up_folder = next((tmp_path / "up" / "distill").glob("*/states-*"))
+    assert sorted(f.name for f in folder.iterdir()) == sorted(f.name for f in up_folder.iterdir())
+    for f in folder.iterdir():  # the files themselves: the same tensors
+        for a, b in zip(torch.load(f), torch.load(up_folder / f.name)):
+            assert torch.equal(a, b), f.name
+    for x in fly:  # a second pass reads the cache
+        x["hidden"][1].sum()
+    again = distill.build(str(tiny_target_dir), rows, 10, LAYERS, how, batch=3, lazy=True)
+    assert all(torch.equal(a["hidden"][1], b["hidden"][1]) for a, b in zip(again, up))
+    assert len(computed) == 3  # each shard computed once, in the first pass

@@ -422,3 +422,72 @@ def test_an_eagle3_head_continues_from_a_saved_head_with_its_vocabulary(
         EagleSpec(data, target, "eagle3", vocab_size=5, init=str(tmp_path / "nowhere"), **kw)
     with pytest.raises(UserError, match="is a eagle3 head over target layers"):
         EagleSpec(data, target, "eagle", vocab_size=None, init=str(tmp_path / "head"), **kw)
+
+
+def test_precision_auto_is_chosen_by_the_instruction_set(monkeypatch):
+    """auto: bfloat16 autocast where engines.cpu reports avx512_bf16 or amx_bf16, float32
+    elsewhere, with the flag that chose it; a value outside the three is one line."""
+    from engines import cpu
+    from groundfloor.errors import UserError
+
+    for flags, want in (
+        ({"avx2", "avx512f", "avx512_bf16"}, "bfloat16"),
+        ({"avx2", "amx_bf16", "amx_tile"}, "bfloat16"),
+        ({"avx2", "fma", "avx512f", "avx512_vnni"}, "float32"),
+        (set(), "float32"),
+    ):
+        monkeypatch.setattr(cpu, "cpu_flags", lambda f=frozenset(flags): f)
+        got, why = loop.resolve_precision("auto")
+        assert got == want and why.startswith("auto: "), (flags, why)
+        assert ("avx512_bf16" in why) == ("avx512_bf16" in flags or want == "float32")
+        assert loop.resolve_precision("float32")[0] == "float32"
+        assert loop.resolve_precision("bfloat16")[0] == "bfloat16"
+    with pytest.raises(UserError) as e:
+        loop.resolve_precision("fp8")
+    assert str(e.value) == "precision='fp8' is not valid; choose one of: auto, float32, bfloat16"
+
+
+def test_bfloat16_autocast_trains_an_eagle3_head_with_float32_weights(
+    data, tiny_target_dir, tmp_path
+):
+    """precision=bfloat16: the forward and the loss under CPU autocast (bfloat16 products), the
+    weights, gradients and AdamW's moments float32; the held-out loss falls as in float32, and
+    the held-out evaluation itself runs in float32."""
+    from groundfloor.models import load_model
+    from train.eagle_spec import EagleSpec
+
+    target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    kw = dict(steps=2, eval_steps=2, batch_size=4, holdout=0.25, base="tiny", layers=[1, 1, -1])
+    run_kw = dict(steps=24, lr=1e-2, warmup=2, ckpt_every=24, eval_every=12, seed=1)
+    heads, losses = {}, {}
+    for precision in ("float32", "bfloat16"):
+        torch.manual_seed(0)
+        spec = EagleSpec(data, target, "eagle3", vocab_size=40, soft=True, **kw)
+        before = loop.held_out_loss(loop.evaluate(spec))
+        seen = []
+        real = spec.step_loss
+
+        def watched(batch, real=real):
+            seen.append((torch.is_autocast_enabled("cpu"), spec.module.training))
+            loss, per, acc = real(batch)
+            return loss, per, acc
+
+        spec.step_loss = watched
+        result = loop.train(spec, tmp_path / precision, precision=precision, **run_kw)
+        assert result["precision"] == precision
+        losses[precision] = loop.held_out_loss(result)
+        assert losses[precision] < before - 0.1, (precision, before, losses)
+        on = precision == "bfloat16"
+        assert {s for s in seen if s[1]} == {(on, True)}  # training steps: autocast iff bf16
+        assert {s for s in seen if not s[1]} == {(False, False)}  # evaluations: float32
+        assert all(p.dtype == torch.float32 for p in spec.module.parameters())
+        ckpt = torch.load(tmp_path / precision / "checkpoint.pt", weights_only=False)
+        moments = [t for st in ckpt["opt"]["state"].values() for t in st.values() if t.numel() > 1]
+        assert moments and all(t.dtype == torch.float32 for t in moments)
+        heads[precision] = spec.module.state_dict()
+    assert losses["bfloat16"] == pytest.approx(losses["float32"], abs=0.02)
+    assert any(  # bfloat16 products: other weights than float32's
+        not torch.equal(a, heads["bfloat16"][k]) for k, a in heads["float32"].items()
+    )
+    with pytest.raises(Exception, match="precision='auto': give float32 or bfloat16"):
+        loop.train(spec, tmp_path / "x", precision="auto", **run_kw)

@@ -232,6 +232,7 @@ def test_training_data_joins_each_prompt_set_from_its_own_folder(tiny_target_dir
                 f"target={tiny_target_dir}",
                 f"prompts={files[0]}",
                 f"more_data=[{{prompts: [{files[1]}], distill: {{batch: 3}}}}]",
+                "states_target=float32",
                 "states_engine={weights: float32}",  # the override form docs/training.md gives
                 "max_new_tokens=6",
                 "layers=[-1]",

@@ -65,6 +65,16 @@ def test_train_command_writes_the_published_layout(drafter, tiny_target_dir, pro
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["drafter"] == drafter and summary["artifact_bytes"] > 0
+    # the training precision and the target whose states the heads read, named and explained
+    from engines.cpu import cpu_flags
+
+    native = bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+    assert summary["precision"] == ("bfloat16" if native else "float32")
+    assert summary["precision_reason"].startswith("auto: ")
+    assert summary["states"]["target"] == "bfloat16"
+    assert {e["weights"] for e in summary["states"]["engines"]} == {"bfloat16"}
+    assert summary["states"]["computed_here"]["shards"] >= 1  # on the fly: no cache before
+    assert f"training precision: {summary['precision']}" in r.stderr
     assert len(summary["top1_per_pos"]) >= 2
     files = {p.name for p in out.iterdir()}
     assert "config.json" in files
@@ -95,3 +105,21 @@ def test_unknown_drafter_is_one_clear_line(tiny_target_dir, tmp_path):
     assert r.returncode == 2
     lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
     assert len(lines) == 1 and "eagle9" in lines[0] and "eagle3" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "arg, words",
+    [
+        ("precision=fp8", ["precision='fp8'", "auto, float32, bfloat16"]),
+        ("states_target=int2", ["states_target='int2'", "bfloat16, auto, float32"]),
+        (
+            "states_engine={weights: auto}",
+            ["states_engine.weights='auto'", "states_target='bfloat16'"],
+        ),
+    ],
+)
+def test_a_bad_precision_or_states_target_is_one_clear_line(arg, words, tiny_target_dir, tmp_path):
+    r = train(["drafter=eagle3", f"target={tiny_target_dir}", arg], tmp_path)
+    lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert all(w in lines[0] for w in words), lines[0]

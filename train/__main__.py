@@ -3,6 +3,10 @@
 1. self-distillation data (cached): the target answers the training prompts;
 2. training with checkpoints (resumed when present) and a held-out evaluation;
 3. the artifact in its published layout under `out` (default artifacts/<model>/<drafter>/).
+The target's hidden states the heads read are the `states_target`'s (default: the 16-bit copy),
+computed on the fly where the local cache lacks a shard (train/states.py); the training precision
+is `precision` (auto: bfloat16 autocast where the CPU computes it natively, train/loop.py). Both,
+and why, are printed and kept in train_summary.json.
 Checkpoints and logs go to the Hydra run dir under $SPECSWEEP_CACHE/train/<drafter>/; a run
 resumes the checkpoint there only if it was written with the same settings (the step count and
 checkpoint interval aside), and says so before any data is built otherwise.
@@ -20,8 +24,13 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from engines.cpu import cpu_kind
 from groundfloor.errors import UserError
+from groundfloor.models import load_model
+from groundfloor.paths import check_group_values
 from groundfloor.progress import progress_bar
+from train import distill, loop, states
+from train.sources import from_config, prompt_sets
 
 
 def spec_class(cfg):
@@ -47,11 +56,10 @@ def training_data(cfg, progress=None) -> tuple[list[dict], dict]:
     """(sequences with the hidden states the drafter needs, prompt counts per source): the
     self-distillation data of each of the config's prompt sets, built or read from the cache,
     one after the other."""
-    from train import distill
-    from train.sources import from_config, prompt_sets
-
     data, stats = [], {}
-    for part in prompt_sets(cfg):
+    parts = prompt_sets(cfg)
+    engines = [states_engine(part) for part in parts]  # a bad value stops before any build
+    for part, how in zip(parts, engines):
         rows, counts = from_config(part)
         data += distill.build(
             str(cfg.target),
@@ -62,10 +70,59 @@ def training_data(cfg, progress=None) -> tuple[list[dict], dict]:
             distill.batch_of(part),
             progress,
             need=needed_layers(cfg),
-            states_engine=dict(part.get("states_engine") or {}),
+            states_engine=how,
+            lazy=True,  # each shard's states when training first reads it
         )
         stats.update(counts)
     return data, stats
+
+
+STATES_TARGETS = {  # states_target: the states engine's weights (engines/load.py) → what it is
+    "bfloat16": "the 16-bit target: the embedded GGUF dequantized and rounded to bfloat16 once",
+    "auto": "the target as shipped and benchmarked by default: the embedded GGUF's 4-bit blocks",
+    "float32": "the target's values exactly, in float32 (the answers' engine by default)",
+}
+
+
+def states_engine(part) -> dict:
+    """The engine keys the states of a prompt set are computed with in place of its answers'
+    (train.distill.build's states_engine): `states_engine`'s, with `states_target` as the
+    weights. One line where the two name different weights, or the target is unknown."""
+    target = str(part.get("states_target") or "bfloat16")
+    if target not in STATES_TARGETS:
+        raise UserError(
+            f"states_target={target!r} is not valid; choose one of: {', '.join(STATES_TARGETS)}"
+        )
+    how = {str(k): str(v) for k, v in (part.get("states_engine") or {}).items()}
+    if how.get("weights", target) != target:
+        raise UserError(
+            f"states_engine.weights={how['weights']!r} and states_target={target!r} name "
+            "different targets for the states; name it by states_target alone"
+        )
+    return {**how, "weights": target}
+
+
+def trained_on(cfg, why: str) -> dict:
+    """The summary's record of how the head was trained: why its precision, on which CPU (the
+    instruction set behind `precision` auto), on whose states."""
+    return {"precision_reason": why, "cpu": cpu_kind(), "states": states_summary(cfg)}
+
+
+def states_summary(cfg) -> dict:
+    """Whose states the heads trained on: the states target, the engine keys and the folder key
+    per prompt set, and what this run computed on the fly."""
+    target = str(cfg.get("states_target") or "bfloat16")
+    hows = []
+    for part in prompt_sets(cfg):
+        how = {**distill.settings_of(part), **states_engine(part)}
+        keys = {k: how.get(k, "auto") for k in states.ENGINE_KEYS}
+        hows.append({**keys, "key": states.engine_key(how)})
+    return {
+        "target": target,
+        "what": STATES_TARGETS.get(target, target),
+        "engines": hows,
+        "computed_here": {k: round(v, 1) for k, v in states.TALLY.items()},
+    }
 
 
 def resume_settings(cfg: DictConfig) -> dict:
@@ -80,18 +137,29 @@ def resume_settings(cfg: DictConfig) -> dict:
     return settings
 
 
+def how_trained(cfg) -> tuple[str, str]:
+    """The training precision and why (train.loop.resolve_precision), the states target
+    checked: one line for a bad value of either before any data is built; both printed."""
+    precision, why = loop.resolve_precision(str(cfg.get("precision") or "auto"))
+    for part in prompt_sets(cfg):
+        states_engine(part)
+    target = str(cfg.get("states_target") or "bfloat16")
+    print(
+        f"training precision: {precision} ({why}); states of: {target} ({STATES_TARGETS[target]})",
+        file=sys.stderr,
+    )
+    return precision, why
+
+
 def run(cfg: DictConfig) -> None:
 
-    from groundfloor.models import load_model
-    from train import loop
-
-    name = cfg.drafter.name
     spec_cls = spec_class(cfg)
     work = Path(HydraConfig.get().runtime.output_dir)
     out = Path(cfg.out)
     settings = resume_settings(cfg)
     if cfg.resume:
         loop.check_resume(work, settings)
+    precision, why = how_trained(cfg)
     t0 = time.time()
     with progress_bar(transient=False) as progress:
         data, stats = training_data(cfg, progress)
@@ -114,16 +182,18 @@ def run(cfg: DictConfig) -> None:
             d.patience,
             int(d.eval_batches),
             settings,
+            precision,
         )
     spec.save(out, result)
     (out / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg))
     summary = {
-        "drafter": name,
+        "drafter": cfg.drafter.name,
         "data_seconds": round(t_data, 1),
         "total_seconds": round(time.time() - t0, 1),
         "prompt_sources": stats,
         "sequences": len(data),
         **result,
+        **trained_on(cfg, why),
         "artifact_bytes": sum(f.stat().st_size for f in out.iterdir()),
     }
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
@@ -141,8 +211,6 @@ def main(cfg: DictConfig) -> None:
 
 def check_drafter(argv: list[str]) -> None:
     """One clear line for an unknown drafter, before Hydra's multi-line error."""
-    from groundfloor.paths import check_group_values
-
     for arg in argv:
         if arg.startswith("drafter="):
             try:

@@ -33,9 +33,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engines.load import load
+from groundfloor.clock import Clock
 from groundfloor.errors import UserError
-from groundfloor.paths import ROOT, cache_root
+from groundfloor.models import load_generation_config, load_tokenizer
+from groundfloor.paths import CONF, ROOT, cache_root
 from groundfloor.progress import progress_bar
+from groundfloor.prompting import encode, eos_ids
+from train.sources import from_config, prompt_sets
 from train.states import left_padded, one_call, with_states
 
 SHARD = 128  # prompts per shard file
@@ -347,8 +352,6 @@ def pick_batch(
     """The batch width with the most decoded tokens per second on this machine: one decode step
     of B rows over `context` cached positions, the widths interleaved round by round (so a
     passing disturbance hits them alike), the median of `rounds` after a warm-up round."""
-    from groundfloor.clock import Clock
-
     dev = engine.device
     caches = {B: engine.new_cache(context + 2, batch=B) for B in candidates}
     times: dict[int, list[float]] = {B: [] for B in candidates}
@@ -404,8 +407,6 @@ def _answering_engine(target: str, settings: dict, batch, folder: Path):
     `how` it answers (engine, weights, dtype, kernel, device, caches, batch: each shard records
     it); batch="auto" is a whole shard where each prompt decodes in a cache of its own
     (decode_seqs), else the padded width with the most decoded tokens per second here."""
-    from engines.load import load
-
     how = {k: settings.get(k, "auto") for k in ("engine", "weights", "dtype", "kernel", "device")}
     engine, choice = load(
         target,
@@ -440,9 +441,6 @@ def build_ids(
     folder, shards, todo = _shards(target, rows, max_new, settings)
     if not todo:
         return folder, shards
-    from groundfloor.models import load_generation_config, load_tokenizer
-    from groundfloor.prompting import eos_ids
-
     engine, how = _answering_engine(target, settings, batch, folder)
     batch = how["batch"]
     tok = load_tokenizer(target)
@@ -514,24 +512,24 @@ def build(
     progress=None,
     need: list[int] | None = None,
     states_engine: dict | None = None,
+    lazy: bool = False,
 ) -> list[dict]:
     """The distillation set for `rows`: ids answered where missing (build_ids), then the hidden
     states of `need` (default: `layers`) recomputed from them where the local cache lacks them,
     by the engine `settings` name with `states_engine`'s keys in place of theirs (e.g.
-    {"weights": "auto"}: the states of the target as it is benchmarked, whatever answered)."""
+    {"weights": "auto"}: the states of the target as it is benchmarked, whatever answered):
+    up front, or with `lazy` shard by shard as training first reads them (states.with_states)."""
     folder, shards = build_ids(target, rows, max_new, settings, batch, progress)
     seqs = [seq for f in shards for seq in load_ids(f)]
     need = layers if need is None else need
     how = {**settings, **(states_engine or {})}
-    return with_states(target, folder.name, shards, seqs, need, how, progress)
+    return with_states(target, folder.name, shards, seqs, need, how, progress, lazy)
 
 
 def answer_shard(
     engine, tok, eos, part: list[dict], max_new: int, batch: int, gen, stats=None
 ) -> list[dict]:
     """One shard: first turns in length-sorted batches, then the second turns of two-turn rows."""
-    from groundfloor.prompting import encode
-
     out: list[dict | None] = [None] * len(part)
     msgs = [[{"role": "user", "content": r["turns"][0]}] for r in part]
     for turn in (0, 1):
@@ -600,10 +598,6 @@ def main() -> None:
     import sys
 
     from hydra import compose, initialize_config_dir
-
-    from groundfloor.errors import UserError
-    from groundfloor.paths import CONF
-    from train.sources import from_config, prompt_sets
 
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

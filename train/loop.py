@@ -14,10 +14,17 @@ steps the held-out loss (mean over draft positions, first `eval_batches` batches
 the best weights are kept, and training stops early after `patience` evaluations without
 improvement. The final report has held-out and training-split accuracy side by side (the gap
 shows memorisation). Logs: train_log.jsonl, eval.json.
+
+Precision (`precision`, resolve_precision): float32, or bfloat16 autocast around the forward and
+the loss (the weights, their gradients and AdamW's moments stay float32); `auto` is bfloat16
+where the CPU computes it natively (avx512_bf16 or amx_bf16 in engines.cpu's flags), float32
+elsewhere: by the instruction set, never by a clock. The held-out evaluations run in float32
+whatever the training precision, so a head's held-out loss does not depend on the machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -26,7 +33,36 @@ from pathlib import Path
 
 import torch
 
+from engines import cpu
 from groundfloor.errors import UserError
+
+PRECISIONS = ("auto", "float32", "bfloat16")
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # the CPU computes bfloat16 products natively
+
+
+def resolve_precision(asked: str) -> tuple[str, str]:
+    """The training precision `asked` (auto, float32, bfloat16) → (float32 or bfloat16, why),
+    auto chosen by the CPU's instruction set (engines.cpu's flags, read once)."""
+    asked = str(asked)
+    if asked not in PRECISIONS:
+        raise UserError(f"precision={asked!r} is not valid; choose one of: {', '.join(PRECISIONS)}")
+    have = [f for f in BF16_FLAGS if f in cpu.cpu_flags()]
+    neither = f"the CPU has neither {' nor '.join(BF16_FLAGS)}"
+    if asked == "float32":
+        return "float32", "asked for"
+    if asked == "bfloat16":
+        native = f"native: {', '.join(have)}" if have else f"emulated: {neither}"
+        return "bfloat16", f"asked for ({native})"
+    if have:
+        return "bfloat16", f"auto: the CPU computes bfloat16 natively ({', '.join(have)})"
+    return "float32", f"auto: {neither}"
+
+
+def autocast(precision: str):
+    """The context the forward and the loss run in: bfloat16 autocast on the CPU, or none."""
+    if precision == "bfloat16":
+        return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def evaluate(spec, max_batches: int | None = None, split: str = "eval") -> dict:
@@ -74,7 +110,10 @@ def train(
     patience: int | None = None,
     eval_batches: int = 20,
     settings: dict | None = None,
+    precision: str = "float32",
 ) -> dict:
+    if precision not in PRECISIONS[1:]:
+        raise UserError(f"precision={precision!r}: give float32 or bfloat16 (resolve_precision)")
     out.mkdir(parents=True, exist_ok=True)
     params, opt, sched = _optimizer(spec, lr, warmup, steps)
     ckpt = out / "checkpoint.pt"
@@ -89,10 +128,11 @@ def train(
     spec.module.train()
     stopped, t0 = None, time.time()
     while step < steps and not stopped:
+        t_step = time.time()
         batch, epoch, taken = next(stream)
-        loss, acc = _update(spec, batch, params, opt, sched)
+        loss, acc = _update(spec, batch, params, opt, sched, precision)
         step += 1
-        rec = {"step": step, "epoch": epoch, "loss": loss}
+        rec = {"step": step, "epoch": epoch, "loss": loss, "step_s": round(time.time() - t_step, 3)}
         rec["top1_per_pos"] = [round(float(x), 4) for x in acc]
         rec.update(lr=sched.get_last_lr()[0], elapsed_s=round(time.time() - t0, 1))
         if step % eval_every == 0 or step == steps:
@@ -112,6 +152,7 @@ def train(
     if best_state is not None:  # the weights of the best held-out evaluation
         spec.module.load_state_dict(best_state)
     final = final_evaluation(spec, step, epoch, stopped, best, t0)
+    final["precision"] = precision
     (out / "eval.json").write_text(json.dumps(final, indent=2))
     return final
 
@@ -155,9 +196,12 @@ def _stream(spec, seed: int, epoch: int, taken: int):
         batches = _epoch(spec, seed, epoch)
 
 
-def _update(spec, batch, params, opt, sched) -> tuple[float, torch.Tensor]:
-    """One optimizer step on `batch` (gradients clipped to norm 1) → (loss, top-1 by position)."""
-    loss, _, acc = spec.step_loss(batch)
+def _update(spec, batch, params, opt, sched, precision="float32") -> tuple[float, torch.Tensor]:
+    """One optimizer step on `batch` (gradients clipped to norm 1) → (loss, top-1 by position);
+    the forward and the loss in `precision` (autocast), the backward and the step as the
+    weights are, float32."""
+    with autocast(precision):
+        loss, _, acc = spec.step_loss(batch)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -11,7 +11,16 @@ after the final norm; EAGLE-3: its three), and cached locally:
 
 Training maps these files rather than reading them (torch.load's mmap): a layer takes 1.15 GB
 per million tokens of prompt and answer, so EAGLE-3's four over every set outgrow the machine's
-memory, and a batch reads only its own records' rows.
+memory, and a batch reads only its own records' rows. Training computes a shard the cache lacks
+on the fly, when a batch first reads one of its records (with_states(lazy=True)), and writes its
+files then: a run on a new machine starts in minutes instead of after the whole build (~45 s a
+shard on two cores), and the next pass maps what the first wrote. The shard's states are the
+same call's over the same records either way, so the files are the same bits.
+
+Whose states: the engine keys (engine, weights, dtype, kernel, device) name the target that
+computes them, and key the folder, so the 16-bit copy's states (weights=bfloat16, the training
+default: `states_target` in conf/train.yaml) and the shipped 4-bit file's (weights=auto) never
+mix.
 
 A teacher-forced forward computes, position by position, what the decode computed one token at a
 time; they agree up to the float reductions of different batch shapes (tests/test_states.py).
@@ -26,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -120,8 +130,13 @@ def _batches(lengths: list[int]):
         yield group
 
 
+ENGINE_KEYS = ("engine", "weights", "dtype", "kernel", "device")  # what computes the states
+
+
 def engine_key(settings: dict) -> str:
-    how = {k: settings.get(k, "auto") for k in ("engine", "weights", "dtype", "kernel", "device")}
+    """The states folder's key: the engine, weights (the 16-bit copy, the shipped 4-bit file...),
+    dtype, kernel and device the states are computed with."""
+    how = {k: settings.get(k, "auto") for k in ENGINE_KEYS}
     return hashlib.sha256(json.dumps(how, sort_keys=True).encode()).hexdigest()[:8]
 
 
@@ -133,9 +148,14 @@ def with_states(
     layers: list[int],
     settings: dict,
     progress=None,
+    lazy: bool = False,
 ) -> list[dict]:
     """`seqs` (the records of `shards`, in order) with `hidden` {layer: (L, H)} added, each
-    layer loaded from the local cache or recomputed shard by shard from the ids."""
+    layer loaded from the local cache or recomputed shard by shard from the ids: every missing
+    shard now (up front), or with `lazy` each when a record of it is first read (on the fly:
+    training starts at once and writes the cache as its first pass goes; a later pass, or run,
+    maps the files). Either way a shard is computed by the same call over the same records
+    (_shard_states), so its file holds the same bits."""
     for s in seqs:
         s["hidden"] = {}
     if not layers:
@@ -143,38 +163,127 @@ def with_states(
     folder = cache_root() / "distill" / key / f"states-{engine_key(settings)}"
     folder.mkdir(parents=True, exist_ok=True)
     per_shard = _split(seqs, shards)
-    missing = [
-        i
-        for i, f in enumerate(shards)
-        if not all(_state_file(folder, f, l).exists() for l in layers)
-    ]
-    engine = None
+    missing = [i for i, f in enumerate(shards) if not _cached(folder, f, layers)]
     task = (
         progress.add_task("states", total=len(shards), completed=len(shards) - len(missing))
         if progress and missing
         else None
     )
-    t0, tokens = time.time(), 0
+    builder = _Builder(target, settings, layers, folder, progress, task)
     for i in missing:
-        if engine is None:
-            from engines.load import load
-
-            how = {k: settings.get(k, "auto") for k in ("engine", "weights", "dtype", "kernel")}
-            engine, _ = load(target, settings.get("device", "cpu"), **how)
-        recs = per_shard[i]
-        got = _shard_states(engine, recs, layers)
-        for l in layers:  # whole or absent: a file's presence marks its layer complete
-            _save_atomic([g[l] for g in got], _state_file(folder, shards[i], l))
-        tokens += sum(len(r["ids"]) for r in recs)
-        if task is not None:
-            progress.update(
-                task, advance=1, description=f"states {tokens / (time.time() - t0):.0f} tok/s"
-            )
+        if lazy:
+            shard = _Shard(shards[i], per_shard[i], builder)
+            for j, rec in enumerate(per_shard[i]):
+                rec["hidden"] = LazyStates(shard, j)
+        else:
+            builder.build(shards[i], per_shard[i])
     for i, f in enumerate(shards):  # mapped, not read: the OS pages in what a batch touches
-        for l in layers:
-            for rec, h in zip(per_shard[i], torch.load(_state_file(folder, f, l), mmap=True)):
-                rec["hidden"][l] = h
+        if not (lazy and i in missing):
+            _attach(per_shard[i], _load_shard(folder, f, layers))
+    if not lazy:
+        builder.done()
     return seqs
+
+
+TALLY = {"shards": 0, "tokens": 0, "seconds": 0.0}  # states computed by this process
+
+
+class _Builder:
+    """Computes shards' states into the cache: the engine `settings` name, loaded at the first
+    shard it computes and let go once every shard it was given is done."""
+
+    def __init__(self, target: str, settings: dict, layers, folder: Path, progress, task):
+        self.target, self.settings, self.layers, self.folder = target, settings, layers, folder
+        self.progress, self.task = progress, task
+        self.engine, self.t0, self.tokens, self.pending = None, None, 0, 0
+
+    def build(self, shard: Path, recs: list[dict]) -> None:
+        """The shard's states computed and written, a file per layer."""
+        if self.engine is None:
+            from engines.load import load  # cost: on a miss only; test_states patches its load
+
+            how = {k: self.settings.get(k, "auto") for k in ENGINE_KEYS[:-1]}
+            self.engine, _ = load(self.target, self.settings.get("device", "cpu"), **how)
+        t = time.time()
+        self.t0 = self.t0 or t
+        got = _shard_states(self.engine, recs, self.layers)
+        for l in self.layers:  # whole or absent: a file's presence marks its layer complete
+            _save_atomic([g[l] for g in got], _state_file(self.folder, shard, l))
+        n = sum(len(r["ids"]) for r in recs)
+        self.tokens += n
+        TALLY.update(
+            shards=TALLY["shards"] + 1,
+            tokens=TALLY["tokens"] + n,
+            seconds=TALLY["seconds"] + time.time() - t,
+        )
+        if self.task is not None:
+            rate = self.tokens / max(time.time() - self.t0, 1e-9)
+            self.progress.update(self.task, advance=1, description=f"states {rate:.0f} tok/s")
+
+    def done(self) -> None:
+        self.engine = None  # its memory goes back: no shard of this set is left to compute
+
+
+class _Shard:
+    """A shard whose states the cache lacked: computed (by its builder) when a record's are
+    first read, then mapped from the files like a cached shard's."""
+
+    def __init__(self, path: Path, recs: list[dict], builder: _Builder):
+        self.path, self.recs, self.builder, self.loaded = path, recs, builder, None
+        builder.pending += 1
+
+    def states(self) -> list[dict]:
+        if self.loaded is None:
+            b = self.builder
+            if not _cached(b.folder, self.path, b.layers):  # another run may have written it
+                # training's RNG and autocast stay as they were: the target's forward in its own
+                # dtype, the head's next draws the ones a cached run takes
+                with torch.random.fork_rng(devices=[]), torch.autocast("cpu", enabled=False):
+                    b.build(self.path, self.recs)
+            self.loaded = _load_shard(b.folder, self.path, b.layers)
+            _attach(self.recs, self.loaded)
+            b.pending -= 1
+            if not b.pending:
+                b.done()
+        return self.loaded
+
+
+class LazyStates(Mapping):
+    """A record's `hidden` while its shard's states are not yet computed: its layers are known
+    (iterating reads nothing); a layer's tensor is its shard's, computed at the first read."""
+
+    def __init__(self, shard: _Shard, index: int):
+        self.shard, self.index = shard, index
+
+    def __getitem__(self, layer: int) -> torch.Tensor:
+        if layer not in self.shard.builder.layers:
+            raise KeyError(layer)
+        return self.shard.states()[self.index][layer]
+
+    def __contains__(self, layer) -> bool:
+        return layer in self.shard.builder.layers
+
+    def __iter__(self):
+        return iter(self.shard.builder.layers)
+
+    def __len__(self) -> int:
+        return len(self.shard.builder.layers)
+
+
+def _cached(folder: Path, shard: Path, layers: list[int]) -> bool:
+    return all(_state_file(folder, shard, l).exists() for l in layers)
+
+
+def _load_shard(folder: Path, shard: Path, layers: list[int]) -> list[dict]:
+    """{layer: (L, H)} per record of the shard, mapped from its cache files."""
+    per_layer = {l: torch.load(_state_file(folder, shard, l), mmap=True) for l in layers}
+    n = len(next(iter(per_layer.values())))
+    return [{l: per_layer[l][j] for l in layers} for j in range(n)]
+
+
+def _attach(recs: list[dict], loaded: list[dict]) -> None:
+    for rec, h in zip(recs, loaded):
+        rec["hidden"] = h
 
 
 def _shard_states(engine, recs: list[dict], layers: list[int]) -> list[dict]:
