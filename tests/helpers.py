@@ -145,45 +145,33 @@ def bench(*args, cwd=ROOT):
     )
 
 
-def tiny_args(target, out, *extra):
-    """A short run on the tiny model: two code prompts, 12 tokens, two repeats."""
+def tiny_overrides(target, out, limit: int, tokens: int, repeats: int, *extra) -> list[str]:
+    """A run of the tiny model on `limit` code prompts, `tokens` new tokens, `repeats` repeats:
+    the overrides every tiny run below shares, then `extra`."""
     return [
         "model=hf",
         f"model.target={target}",
         "model.dtype=float32",
         "device=cpu",
         "task=code",
-        "limit=2",
-        "max_new_tokens=12",
-        "repeats=2",
-        "warmup=1",
+        f"limit={limit}",
+        f"max_new_tokens={tokens}",
+        f"repeats={repeats}",
         "remeasure=0",
         f"out={out}",
         *extra,
     ]
+
+
+def tiny_args(target, out, *extra):
+    """A short run on the tiny model: two code prompts, 12 tokens, two repeats."""
+    return tiny_overrides(target, out, 2, 12, 2, "warmup=1", *extra)
 
 
 def tiny_run(target, out, *extra):
     """check=distribution at T = 1: one code prompt of the tiny model, 200 samples, 3 positions."""
-    return [
-        "model=hf",
-        f"model.target={target}",
-        "model.dtype=float32",
-        "device=cpu",
-        "task=code",
-        "limit=1",
-        "max_new_tokens=8",
-        "repeats=1",
-        "warmup=0",
-        "remeasure=0",
-        "temperature=1",
-        "top_k=8",
-        "check=distribution",
-        "dist_samples=200",
-        "dist_positions=3",
-        f"out={out}",
-        *extra,
-    ]
+    dist = ["warmup=0", "temperature=1", "top_k=8", "check=distribution", "dist_samples=200"]
+    return tiny_overrides(target, out, 1, 8, 1, *dist, "dist_positions=3", *extra)
 
 
 TINY_DISTILL = {  # training on the tiny model: float32 on torch's kernels, seeded
@@ -209,16 +197,4 @@ def as_data(x):
 
 def run_args(target, out, *extra):
     """A one-repeat run on the tiny model: two code prompts, 12 tokens."""
-    return [
-        "model=hf",
-        f"model.target={target}",
-        "model.dtype=float32",
-        "device=cpu",
-        "task=code",
-        "limit=2",
-        "max_new_tokens=12",
-        "repeats=1",
-        "remeasure=0",
-        f"out={out}",
-        *extra,
-    ]
+    return tiny_overrides(target, out, 2, 12, 1, *extra)

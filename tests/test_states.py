@@ -5,20 +5,27 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_DISTILL
 
 from engines.load import load
 from groundfloor.errors import UserError
 from train import distill, states
 
-HOW = {
-    "engine": "lean",
-    "weights": "float32",
-    "dtype": "float32",
-    "kernel": "aten",
-    "device": "cpu",
-    "seed": 0,
-}
+HOW = TINY_DISTILL  # the tiny model answers and is read as training reads it
 LAYERS = [1, -1]
+
+
+def ten_rows() -> list[dict]:
+    """Ten short prompts, every third with a second turn."""
+    words = "write a short poem about the sea and explain the answer step by step".split()
+    return [
+        {
+            "question_id": f"t{i}",
+            "category": "general",
+            "turns": [" ".join(words[i % 5 : i % 5 + 6])] + (["and more"] if i % 3 == 0 else []),
+        }
+        for i in range(10)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +79,7 @@ def test_id_shards_round_trip_and_resume(tiny_target_dir, tmp_path, monkeypatch)
     a shard written for a smaller `limit` is, and the states come back from the local cache."""
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(distill, "SHARD", 4)
-    words = "write a short poem about the sea and explain the answer step by step".split()
-    rows = [
-        {
-            "question_id": f"t{i}",
-            "category": "general",
-            "turns": [" ".join(words[i % 5 : i % 5 + 6])] + (["and more"] if i % 3 == 0 else []),
-        }
-        for i in range(10)
-    ]
+    rows = ten_rows()
     how = {**HOW, "ids_dir": str(tmp_path / "repo")}
     folder, shards = distill.build_ids(str(tiny_target_dir), rows[:6], 10, how, batch=3)
     assert [f.name for f in shards] == ["shard-0000.npz", "shard-0001.npz"]
@@ -217,15 +216,7 @@ def test_states_on_the_fly_are_the_up_front_ones_written_once(
     build writes. A second read, and a later run, map them: each shard is computed once. The
     global RNG is left as it was (the head's draws are a cached run's)."""
     monkeypatch.setattr(distill, "SHARD", 4)
-    words = "write a short poem about the sea and explain the answer step by step".split()
-    rows = [
-        {
-            "question_id": f"t{i}",
-            "category": "general",
-            "turns": [" ".join(words[i % 5 : i % 5 + 6])] + (["and more"] if i % 3 == 0 else []),
-        }
-        for i in range(10)
-    ]
+    rows = ten_rows()
     how = {**HOW, "ids_dir": str(tmp_path / "repo")}
     monkeypatch.setenv("SPECSWEEP_CACHE", str(tmp_path / "up"))
     up = distill.build(str(tiny_target_dir), rows, 10, LAYERS, how, batch=3)
