@@ -12,25 +12,31 @@ Per method and metric, over the n units all three measured:
     d_u = log x_u(B) − log x_u(A)        D = mean_u d_u      the change under test
     e_u = log x_u(A′) − log x_u(A)       E = mean_u e_u      what an unchanged tree shows here,
                                                              the difference of two processes in it
-    SE  = sd_u(e) / √n
+    SE  = max(sd_u(e) / √n, SE_HAC(e))      e in the order the units were measured
     Ē   = median over the run's methods of their tokens/s E (same row kind); 0 for speedup
     t   = max(z · SE + |Ē|, −log(1 − tol) / 2)      z = Φ⁻¹(1 − 0.05 / tests)
-          (|Ē| → max(|Ē|, W), W = max |log(Σ forwards at A′, at B ÷ Σ forwards at A)|
-           where A′ and A differ in forwards: k=auto, work_offset)
     fails when D < −t
 
-z spreads 5% of false alarms over all the run's tests (Bonferroni). |Ē| counts a process offset
-(shared by every cell of a process) as noise; a speedup, a ratio within one process, has none. W
-counts a cell's own work offset (k=auto decides from each process's timings), free of timing noise;
-a B that changes a fixed-k cell's forwards is a change (W = 0). The floor puts t halfway to tol when
-the noise is small; power = Φ((−log(1 − tol) − t) / SE) is printed, below 90% the row says
-"underpowered". What was measured for each choice: docs/gate.md.
+z spreads 5% of false alarms over all the run's tests (Bonferroni). SE_HAC is the Bartlett
+(Newey–West) standard error of the mean with lag L = ⌈n^(1/3)⌉: a size policy that learns from
+the machine's timings (k=auto) carries its state from unit to unit, so one process can sit slow
+for a few units in a row (a tree drafter that stopped drafting waits longer after each probe
+that fails), which independent units would understate; at a fixed k the units are independent
+and the two agree. |Ē| counts a process offset (shared by every cell of a process) as noise; a
+speedup, a ratio within one process, has none. Two processes' k=auto cells also differ in target
+forwards (their decisions read their own timings); the row prints that spread but does not add it
+to t: what a different decision costs is already in each unit's tokens/s, and a policy switches
+where the choices are near equal in value (forwards 6–13% apart, tokens/s −2.4…+3.5% within one
+SE: docs/gate.md). A process that still sits apart is what the confirmation's fresh trio is for
+(bench/gate/confirm.py). The floor puts t halfway to tol when the noise is small;
+power = Φ((−log(1 − tol) − t) / SE) is printed, below 90% the row says "underpowered".
+What was measured for each choice: docs/gate.md.
 
 `simulate` gives the rates from the run's own units: a simulated gate run draws its B-against-A
-units and its A′-against-A units independently, with replacement, from the measured A′-against-A
-units (an unchanged tree; each row's centred on Ē where there is one: the model above); a false
-alarm is any test failing, a detection is the one method whose tokens/s (or speedup) is lowered by
-tol failing.
+units and its A′-against-A units independently from the measured A′-against-A units (an unchanged
+tree; each row's centred on Ē where there is one: the model above), in circular blocks of L + 1
+units so that runs of slow units stay runs; a false alarm is any test failing, a detection is the
+one method whose tokens/s (or speedup) is lowered by tol failing.
 """
 
 from __future__ import annotations
@@ -50,12 +56,30 @@ def z_for(tests: int) -> float:
     return NormalDist().inv_cdf(1 - ALPHA / max(tests, 1))
 
 
-def threshold(e: np.ndarray, z: float, tol: float, shared: float | None = None,
-              work: float = 0.0):  # fmt: skip
-    """(t, SE) of the rule above from the A′/A log ratios e, Ē (`shared`; None: the row's E), W."""
-    se = float(e.std(ddof=1) / math.sqrt(len(e)))
+def threshold(e: np.ndarray, z: float, tol: float, shared: float | None = None):
+    """(t, SE) of the rule above from the A′/A log ratios e (in measured order) and Ē (`shared`;
+    None: the row's E)."""
+    se = unit_se(e)
     offset = abs(float(e.mean())) if shared is None else abs(shared)
-    return bound(z, se, max(offset, abs(work)), tol), se
+    return bound(z, se, offset, tol), se
+
+
+def lag(n: int) -> int:
+    """L = ⌈n^(1/3)⌉, at most n − 1: how far apart two units' noise may still be related."""
+    return max(1, min(n - 1, math.ceil(n ** (1 / 3))))
+
+
+def unit_se(e: np.ndarray) -> float:
+    """SE of mean(e): the larger of the independent units' sd/√n and the Bartlett HAC estimate
+    Σ_{|l| ≤ L} (1 − |l|/(L+1)) γ_l / n (γ_l: the autocovariance at lag l, e in measured order)."""
+    n = len(e)
+    iid = float(e.std(ddof=1) / math.sqrt(n))
+    x = e - e.mean()
+    big_l = lag(n)
+    s = float(x @ x) / n
+    for k in range(1, big_l + 1):
+        s += 2 * (1 - k / (big_l + 1)) * float(x[k:] @ x[:-k]) / n
+    return max(iid, math.sqrt(max(s, 0.0) / n))
 
 
 def bound(z: float, se: float, offset: float, tol: float) -> float:
@@ -69,18 +93,14 @@ def judged(d: float, t: float, p: float) -> str:
 
 
 def work_offset(trees: dict[str, dict], method: str) -> tuple[float, float]:
-    """(W′, W_B) = log(Σ forwards at A′, at B ÷ Σ forwards at A) over the units all three ran."""
+    """log(Σ forwards at A′, at B ÷ Σ forwards at A) over the units all three ran: printed with
+    the row (k=auto's decisions differ between processes), not part of its threshold."""
     t = {k: trees[k].get(method, {}) for k in ("A", "A′", "B")}
     units = t["A"].keys() & t["A′"].keys() & t["B"].keys()
     f = {k: sum(x[u].get("forwards") or 0 for u in units) for k, x in t.items()}
     if min(f.values()) <= 0:
         return 0.0, 0.0
     return math.log(f["A′"] / f["A"]), math.log(f["B"] / f["A"])
-
-
-def work_noise(work: tuple[float, float]) -> float:
-    """W of the rule: max(|W′|, |W_B|) where W′ ≠ 0, else 0 (B's own difference: a change)."""
-    return max(abs(work[0]), abs(work[1])) if work[0] else 0.0
 
 
 def process_offset(trees: dict[str, dict], metric: str) -> float | None:
@@ -130,8 +150,10 @@ def tests_of(trees: dict[str, dict]) -> list[tuple[str, str]]:
 
 
 def noise_units(trees: dict[str, dict], method: str, metric: str) -> list[str]:
+    """The units all three trees measured, in the order A measured them (a worker's units run in
+    the order of the prompts: the order a policy's state carries through)."""
     x = {k: speeds(trees[k], metric).get(method, {}) for k in ("A", "B", "A′")}
-    return sorted(x["A"].keys() & x["B"].keys() & x["A′"].keys())
+    return [u for u in x["A"] if u in x["B"] and u in x["A′"]]
 
 
 def check(trees: dict[str, dict], method: str, metric: str, tol: float, tests: int,
@@ -147,7 +169,7 @@ def check(trees: dict[str, dict], method: str, metric: str, tol: float, tests: i
     d = log_ratios(x["B"], x["A"], units).mean()
     e = log_ratios(x["A′"], x["A"], units)
     work = work_offset(trees, method)
-    t, se = threshold(e, z_for(tests), tol, shared, work_noise(work))
+    t, se = threshold(e, z_for(tests), tol, shared)
     p = power(t, se, tol)
     offset = f" (all: {math.exp(shared) - 1:+.1%})" if shared else ""
     if work[0]:
@@ -214,7 +236,6 @@ def simulate(
     z, drop = z_for(len(tests)), math.log(1 - tol)
     e = {}
     offset = {metric: process_offset(trees, metric) for metric in METRICS}
-    work = {m: work_noise(work_offset(trees, m)) for m, _ in tests}
     for m, metric in tests:
         x = {k: speeds(trees[k], metric)[m] for k in ("A", "A′")}
         ek = log_ratios(x["A′"], x["A"], noise_units(trees, m, metric))
@@ -224,17 +245,25 @@ def simulate(
     alarms, caught = 0, dict.fromkeys(tests, 0)
     for _ in range(draws):
         alarm = False
-        now = {key: ek[rng.integers(len(ek), size=len(ek))] for key, ek in e.items()}
+        now = {key: blocks(ek, rng) for key, ek in e.items()}
         shared = {
             metric: (float(np.median(x)) if len(x := [v.mean() for (_, mt), v in now.items()
                                                        if mt == metric]) >= 3 else None)
             for metric in METRICS
         }  # fmt: skip
         for key, ek in e.items():
-            n = len(ek)
-            d = ek[rng.integers(n, size=n)].mean()
-            t, _ = threshold(now[key], z, tol, shared[key[1]], work[key[0]])
+            d = blocks(ek, rng).mean()
+            t, _ = threshold(now[key], z, tol, shared[key[1]])
             alarm |= d < -t
             caught[key] += d + drop < -t
         alarms += alarm
     return alarms / draws, {k: v / draws for k, v in caught.items()}
+
+
+def blocks(e: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A circular block bootstrap draw of e: blocks of L + 1 consecutive units from random starts
+    (wrapping around), cut to len(e)."""
+    n = len(e)
+    size = min(n, lag(n) + 1)
+    starts = rng.integers(n, size=-(-n // size))
+    return np.concatenate([e[(s + np.arange(size)) % n] for s in starts])[:n]
