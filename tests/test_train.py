@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -491,3 +492,134 @@ def test_bfloat16_autocast_trains_an_eagle3_head_with_float32_weights(
     )
     with pytest.raises(Exception, match="precision='auto': give float32 or bfloat16"):
         loop.train(spec, tmp_path / "x", precision="auto", **run_kw)
+
+
+def test_a_schedule_goes_on_from_sitting_to_sitting(data, tiny_target_dir, tmp_path):
+    """schedule=continue: a second sitting takes up the first's step, learning rate and place in
+    the data (the batches of both sittings are one uninterrupted run's), re-warms the moments,
+    stops at the schedule's end, and refuses other data or a bad kind in one line."""
+    from groundfloor.errors import UserError
+    from groundfloor.models import load_model
+    from train import schedule
+
+    target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    seen: dict[str, list] = {}
+
+    def spec_for(name: str):
+        spec = _eagle(data, target, 0)
+        real = spec.step_loss
+
+        def step_loss(batch):
+            if spec.module.training:
+                seen.setdefault(name, []).append(batch[0].sum().item())
+            return real(batch)
+
+        spec.step_loss = step_loss
+        return spec
+
+    first = spec_for("one")
+    batches = first.epoch_batches()
+    assert batches == -(-len(first.seqs["train"]) // 8)
+    key = schedule.data_key([s["id"] for s in first.seqs["train"]], 3, 8)
+    kw = dict(lr=1e-2, warmup=2, ckpt_every=100, eval_every=100, seed=3)
+    whole = schedule.Schedule.fresh(3 * batches, 1e-2, 2, key)
+    loop.train(first, tmp_path / "whole", steps=3 * batches, schedule=whole, **kw)
+
+    head = tmp_path / "head"
+    head.mkdir()
+    s1, line = schedule.plan("continue", str(head), 99, 1e-2, 2, 3, batches, key)
+    assert "begun" in line and (s1.step, s1.total) == (0, 3 * batches)
+    r1 = loop.train(spec_for("two"), tmp_path / "s1", steps=batches + 1, schedule=s1, **kw)
+    summary = {"schedule": s1.after(r1["steps"], **r1["stream"], sitting={"cpu": "here"})}
+    (head / "train_summary.json").write_text(json.dumps(summary))
+
+    s2, line = schedule.plan("continue", str(head), 99, 5e-3, 2, 3, batches, key)
+    assert f"step {batches + 1} of {3 * batches}" in line and s2.lr == 1e-2
+    r2 = loop.train(spec_for("two"), tmp_path / "s2", steps=99, schedule=s2, **kw)
+    assert r2["steps"] == 2 * batches - 1  # the schedule's steps left, not 99
+    assert seen["two"] == seen["one"]  # the data stream went on where the first sitting stopped
+    rates = [
+        json.loads(x)["lr"] for x in (tmp_path / "s2/train_log.jsonl").read_text().splitlines()
+    ]
+    g, total = batches + 1, 3 * batches  # its first step: half the rate (re-warm) at step g
+    assert s2.factor(0) == pytest.approx(0.5 * 0.5 * (1 + math.cos(math.pi * g / total)))
+    assert rates[0] == pytest.approx(1e-2 * s2.factor(1))  # logged after the step: the next one's
+    fresh = schedule.Schedule.fresh(10, 1e-2, 3)  # a first sitting: warm-up, then the cosine
+    assert [fresh.factor(s) for s in (0, 2, 5, 10)] == pytest.approx(
+        [1 / 3 * 0.5 * (1 + math.cos(0)), 0.5 * (1 + math.cos(math.pi * 0.2)), 0.5, 0.0]
+    )
+    done = s2.after(r2["steps"], **r2["stream"], sitting={})
+    assert done["step"] == 3 * batches and len(done["sittings"]) == 2
+
+    with pytest.raises(UserError, match="other training data"):
+        schedule.plan("continue", str(head), 9, 1e-2, 2, 3, batches, "another")
+    with pytest.raises(UserError, match="schedule='again' is not valid; choose one of: new"):
+        schedule.plan("again", None, 9, 1e-2, 2, 3, batches, key)
+    with pytest.raises(UserError, match="needs drafter.init"):
+        schedule.plan("continue", None, 9, 1e-2, 2, 3, batches, key)
+
+
+def test_on_policy_branches_are_the_targets_own_forwards(tiny_target_dir):
+    """The target's teacher after each drafted token, from one forward of the prefix with every
+    chain appended under the tree mask, equals a plain forward of that chain's own sequence."""
+    from groundfloor.models import load_model
+    from train import onpolicy
+
+    target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+    g = torch.Generator().manual_seed(0)
+    V = target.config.vocab_size
+    ids = torch.randint(0, V, (20,), generator=g)
+    starts, chains = [3, 9, 14], torch.randint(0, V, (3, 2), generator=g)
+    rows = target.get_output_embeddings().weight.detach().float()[:50]
+    got = onpolicy.branch_teachers(target, rows, ids, starts, chains)
+    for c, t in enumerate(starts):
+        seq = torch.cat([ids[: t + 2], chains[c]])
+        with torch.no_grad():
+            h = target.model(input_ids=seq[None]).last_hidden_state[0, t + 2 :]
+        assert torch.allclose(got[c], torch.softmax(h @ rows.T, -1), atol=1e-5), c
+    # which chains are still on the data: step j's chain at s drafted the data's tokens so far
+    tok = torch.tensor([[5, 6, 7, 8]])
+    drafted = [torch.tensor([[6, 9, 8, 0]]), torch.tensor([[7, 7, 8, 0]])]
+    assert onpolicy.next_input(drafted[0], tok).tolist() == [[5, 6, 9, 8]]
+    matched = onpolicy.still_on_data(drafted, tok)
+    assert matched[1].tolist() == [[True, True, False, True]]
+    assert matched[2].tolist() == [[True, False, True, False]]  # s = 3: its step 2 was off
+
+
+def test_on_policy_distillation_trains_and_equals_the_plain_loss_on_the_data(
+    data, tiny_target_dir, monkeypatch, tmp_path
+):
+    """drafter.onpolicy: a head that drafts the data's own tokens has the plain training-time
+    test's loss exactly; one that does not is scored by the target's branches and trains; the
+    option refuses a head with nothing to draft or no teacher in one line."""
+    from groundfloor.errors import UserError
+    from groundfloor.models import load_model
+    from train import onpolicy
+    from train.eagle_spec import EagleSpec
+
+    target, _ = load_model(str(tiny_target_dir), torch.device("cpu"), torch.float32)
+
+    def spec(chains: int) -> EagleSpec:
+        torch.manual_seed(0)
+        return EagleSpec(data, target, "eagle", 3, 3, None, 4, 0.25, "tiny", soft=True,
+                         chains=chains)  # fmt: skip
+
+    plain, on = spec(0), spec(4)
+    batch = next(plain.batches("train", torch.Generator().manual_seed(1)))
+    tok = batch[0][:, 1 : batch[2].shape[1] + 1]
+    real = onpolicy.draw
+    monkeypatch.setattr(onpolicy, "draw", lambda *a: torch.cat([tok[:, 1:], tok[:, -1:]], 1))
+    a, b = plain.step_loss(batch), on.step_loss(batch)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    monkeypatch.setattr(onpolicy, "draw", real)
+    branch, called = onpolicy.branch_teachers, []
+    monkeypatch.setattr(onpolicy, "branch_teachers", lambda *x: called.append(1) or branch(*x))
+    loss, per, _ = on.step_loss(batch)
+    assert called and torch.isfinite(loss) and per.shape == (3,)
+    before = loop.evaluate(on)["loss_per_pos"]
+    loop.train(on, tmp_path / "w", steps=12, lr=1e-2, warmup=2, ckpt_every=100, eval_every=100)
+    assert loop.evaluate(on)["loss_per_pos"][0] < before[0]
+    with pytest.raises(
+        UserError, match=r"drafter.onpolicy=4 needs .*drafter.unroll ≥ 2 \(here 1\)"
+    ):
+        EagleSpec(data, target, "eagle", 1, 3, None, 4, 0.25, "tiny", soft=True, chains=4)

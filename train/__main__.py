@@ -29,8 +29,9 @@ from groundfloor.errors import UserError
 from groundfloor.models import load_model
 from groundfloor.paths import check_group_values
 from groundfloor.progress import progress_bar
-from train import distill, loop, states
+from train import distill, loop, schedule, states
 from train.sources import from_config, prompt_sets
+from train.specs import is_heldout
 
 
 def spec_class(cfg):
@@ -151,6 +152,45 @@ def how_trained(cfg) -> tuple[str, str]:
     return precision, why
 
 
+def sitting_schedule(cfg, spec, data: list[dict]) -> schedule.Schedule:
+    """This sitting's schedule (train/schedule.py: `schedule` new or continue), printed."""
+    d = cfg.drafter
+    kind = str(cfg.schedule)
+    counted = getattr(spec, "epoch_batches", None)
+    if kind == "continue" and counted is None:
+        raise UserError(
+            f"drafter={d.name}'s training spec does not count its batches (epoch_batches): "
+            "schedule=continue needs it; use schedule=new"
+        )
+    train_ids = [x["id"] for x in data if not is_heldout(x["id"], float(cfg.holdout))]
+    key = schedule.data_key(train_ids, int(cfg.seed), int(d.batch_size))
+    batches = counted() if counted else 1
+    sched, line = schedule.plan(
+        kind,
+        d.get("init"),
+        int(d.steps),
+        float(d.lr),
+        int(d.warmup),
+        float(cfg.epochs),
+        batches,
+        key,
+    )
+    print(line, file=sys.stderr)
+    return sched
+
+
+def sitting(result: dict, why: str) -> dict:
+    """One sitting's record in the schedule: its held-out curve's end, machine and precision."""
+    return {
+        "best_held_out_loss": result.get("best_held_out_loss"),
+        "held_out_top1": result.get("top1_per_pos"),
+        "precision": result.get("precision"),
+        "precision_reason": why,
+        "cpu": cpu_kind(),
+        "train_seconds": result.get("train_seconds"),
+    }
+
+
 def run(cfg: DictConfig) -> None:
 
     spec_cls = spec_class(cfg)
@@ -168,6 +208,7 @@ def run(cfg: DictConfig) -> None:
         d = cfg.drafter
         torch.manual_seed(int(cfg.seed))  # the drafter's initial weights come from this seed
         spec = spec_cls.from_config(data, target, cfg)
+        sched = sitting_schedule(cfg, spec, data)
         result = loop.train(
             spec,
             work,
@@ -183,6 +224,7 @@ def run(cfg: DictConfig) -> None:
             int(d.eval_batches),
             settings,
             precision,
+            sched,
         )
     spec.save(out, result)
     (out / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg))
@@ -194,6 +236,7 @@ def run(cfg: DictConfig) -> None:
         "sequences": len(data),
         **result,
         **trained_on(cfg, why),
+        "schedule": sched.after(result["steps"], **result["stream"], sitting=sitting(result, why)),
         "artifact_bytes": sum(f.stat().st_size for f in out.iterdir()),
     }
     (out / "train_summary.json").write_text(json.dumps(summary, indent=2))

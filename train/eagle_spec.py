@@ -40,6 +40,7 @@ from drafters.draftvocab import inverse
 from engines.base import additive
 from groundfloor.errors import UserError
 from groundfloor.models import resolve_path
+from train import onpolicy
 from train.specs import (
     SequenceSpec,
     answer_counts,
@@ -86,6 +87,7 @@ class EagleSpec(SequenceSpec):
             bool(d.soft),
             d.get("init"),
             bool(d.get("keep_vocab", True)),
+            int(d.onpolicy),
         )
 
     def __init__(
@@ -103,8 +105,10 @@ class EagleSpec(SequenceSpec):
         soft: bool = False,
         init: str | None = None,
         keep_vocab: bool = True,
+        chains: int = 0,
     ):
         self.kind, self.base, self.batch_size, self.soft = kind, base, batch_size, soft
+        self.onpolicy, self.target = onpolicy.check(chains, steps, soft), target
         self.steps, self.eval_steps = steps, max(eval_steps, steps)
         n_layers = target.config.num_hidden_layers
         self.layers = list(layers) if layers else eagle.default_layers(kind, n_layers)
@@ -133,6 +137,7 @@ class EagleSpec(SequenceSpec):
             rows = d2t
         out = target.get_output_embeddings().weight.detach().float()
         self.teacher = out if rows is None else out[rows]  # (V_d, H): the target's logit rows
+        self.d2t_ids = torch.arange(V) if rows is None else torch.as_tensor(rows).long()
 
     def _head(self, target, kind: str, vocab_size) -> torch.Tensor | None:
         """self.module: the head to train, warm-started from `self.init` or new; and
@@ -184,10 +189,12 @@ class EagleSpec(SequenceSpec):
                 # position t's label is x_{t+2}: answer tokens only (t + 2 ≥ start)
                 lo = max(s["start"] - 2, 0)
                 labels[r, lo : n - 2] = ids[r, lo + 2 : n]
-            yield ids, hidden, labels
+            greedy = torch.tensor([float(s.get("temperature", 0)) == 0 for s in group])
+            lengths = torch.tensor([len(s["ids"]) for s in group])
+            yield ids, hidden, labels, greedy, lengths
 
     def step_loss(self, batch):
-        ids, hidden, labels = batch
+        ids, hidden, labels = batch[:3]
         head = self.module
         steps = self.steps if head.training else self.eval_steps
         B, L = labels.shape
@@ -199,28 +206,29 @@ class EagleSpec(SequenceSpec):
         soft = None
         if self.soft:  # the target's distribution of x_{t+2}: its output at position t + 1
             soft = torch.softmax(hidden[-1][:, 1 : L + 1] @ self.teacher.T, dim=-1)
-        keys_k, keys_v, per, acc = [], [], [], []
+        inputs, teach = [tok] * steps, None
+        if self.onpolicy and head.training:
+            inputs, teach = self._on_policy(batch, feat, tok, pos, soft, steps)
+        per, acc = [], []
         total = 0.0
-        inp = feat
-        for j in range(1, steps + 1):
-            mask = unroll_mask(L, j, inp.dtype, inp.device)
-            pk = torch.cat(keys_k, dim=-2) if keys_k else None
-            pv = torch.cat(keys_v, dim=-2) if keys_v else None
-            out, k, v = head(inp, tok, pos, mask, pk, pv)
-            keys_k.append(k)
-            keys_v.append(v)
+        unrolled = self._unroll(feat, pos, steps, lambda j, out: inputs[j - 1])
+        for j, out in unrolled:
             scored = labels != -100
             scored[:, : j - 1] = False  # no step-j input before position j − 1
-            inside = scored & (dl >= 0)
+            on_data = scored if teach is None else scored & teach[2][j - 1]
+            inside = on_data & (dl >= 0)
+            if teach is not None:  # a chain off the data: scored where the target gave a teacher
+                inside = inside | (scored & teach[1][j - 1] & ~teach[2][j - 1])
             logits = head.logits(out[inside])
+            target = soft if teach is None else teach[0][j - 1]
+            hit = (logits.argmax(-1) == dl[inside]) & on_data[inside]
             if not inside.any():
                 ce = out.sum() * 0
-            elif soft is not None:
-                ce = -(soft[inside] * F.log_softmax(logits.float(), -1)).sum(-1).mean()
+            elif target is not None:
+                ce = -(target[inside] * F.log_softmax(logits.float(), -1)).sum(-1).mean()
             else:
                 ce = F.cross_entropy(logits.float(), dl[inside])
-            hits = (logits.argmax(-1) == dl[inside]).sum()
-            acc.append(hits.float() / scored.sum().clamp_min(1))
+            acc.append(hit.sum().float() / on_data.sum().clamp_min(1))
             per.append(ce.detach())
             if self.kind == "eagle" and j == 1:
                 true_next = hidden[0][:, 1 : L + 1]
@@ -228,8 +236,45 @@ class EagleSpec(SequenceSpec):
                 total = total + reg + 0.1 * ce
             else:
                 total = total + 0.8 ** (j - 1) * ce
-            inp = torch.cat([inp[:, :1], out[:, :-1]], dim=1)  # position s reads out[s − 1]
         return total, torch.stack(per), torch.stack(acc).detach()
+
+    def _unroll(self, feat, pos, steps: int, tokens):
+        """The training-time test: (j, the head's step-j output) for j = 1..steps, step j's token
+        input `tokens(j, previous output)` and its features the previous step's outputs."""
+        head, L = self.module, feat.shape[1]
+        keys_k, keys_v, inp, out = [], [], feat, None
+        for j in range(1, steps + 1):
+            mask = unroll_mask(L, j, inp.dtype, inp.device)
+            pk = torch.cat(keys_k, dim=-2) if keys_k else None
+            pv = torch.cat(keys_v, dim=-2) if keys_v else None
+            out, k, v = head(inp, tokens(j, out), pos, mask, pk, pv)
+            keys_k.append(k)
+            keys_v.append(v)
+            yield j, out
+            inp = torch.cat([inp[:, :1], out[:, :-1]], dim=1)  # position s reads out[s − 1]
+
+    def _on_policy(self, batch, feat, tok, pos, soft, steps: int):
+        """(each step's token input, (teachers, where they hold, where the chain is still on the
+        data)) of on-policy distillation (train/onpolicy.py)."""
+        ids, _, labels, greedy, lengths = batch
+        drafted = []
+
+        def own(j, out):  # step j reads step j − 1's own tokens
+            if j == 1:
+                return tok
+            drafted.append(onpolicy.draw(self.module.logits(out), greedy, self.d2t_ids))
+            return onpolicy.next_input(drafted[-1], tok)
+
+        with torch.no_grad():
+            for _, last in self._unroll(feat.detach(), pos, steps - 1, own):
+                pass
+            drafted.append(onpolicy.draw(self.module.logits(last), greedy, self.d2t_ids))
+        matched = onpolicy.still_on_data(drafted, tok)
+        starts = (labels != -100).float().argmax(1)  # each sequence's first scored position
+        teach, have = onpolicy.teachers(
+            self, ids, tok, drafted, matched, soft, lengths, starts, self.onpolicy
+        )
+        return [tok] + [onpolicy.next_input(d, tok) for d in drafted], (teach, have, matched)
 
     def save(self, out: Path, eval_result: dict) -> None:
         eagle.save(

@@ -35,6 +35,7 @@ import torch
 
 from engines import cpu
 from groundfloor.errors import UserError
+from train.schedule import Schedule
 
 PRECISIONS = ("auto", "float32", "bfloat16")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # the CPU computes bfloat16 products natively
@@ -111,13 +112,20 @@ def train(
     eval_batches: int = 20,
     settings: dict | None = None,
     precision: str = "float32",
+    schedule: Schedule | None = None,
 ) -> dict:
+    """Train `spec` for `steps` optimizer steps (this sitting's; with a `schedule` that goes on
+    from an earlier sitting, at most its steps left) and return the final evaluation, with
+    `stream`: where the data stream stopped."""
     if precision not in PRECISIONS[1:]:
         raise UserError(f"precision={precision!r}: give float32 or bfloat16 (resolve_precision)")
     out.mkdir(parents=True, exist_ok=True)
-    params, opt, sched = _optimizer(spec, lr, warmup, steps)
+    schedule = schedule or Schedule.fresh(steps, lr, warmup)
+    steps = min(steps, schedule.left())
+    params, opt, sched = _optimizer(spec, schedule)
     ckpt = out / "checkpoint.pt"
-    step, epoch, taken, best, best_state, stale = 0, 0, 0, float("inf"), None, 0
+    step, best, best_state, stale = 0, math.inf, None, 0
+    epoch, taken = schedule.epoch, schedule.taken
     resumed = resume and ckpt.exists()
     if resumed:
         check_resume(out, settings)
@@ -152,7 +160,7 @@ def train(
     if best_state is not None:  # the weights of the best held-out evaluation
         spec.module.load_state_dict(best_state)
     final = final_evaluation(spec, step, epoch, stopped, best, t0)
-    final["precision"] = precision
+    final.update(precision=precision, stream={"epoch": epoch, "taken": taken})
     (out / "eval.json").write_text(json.dumps(final, indent=2))
     return final
 
@@ -167,16 +175,12 @@ def _judge(spec, eval_batches: int, best: float, best_state, stale: int):
     return result, best, best_state, stale + 1
 
 
-def _optimizer(spec, lr: float, warmup: int, steps: int):
-    """(trainable parameters, AdamW without weight decay, linear warm-up then cosine decay)."""
+def _optimizer(spec, schedule: Schedule):
+    """(trainable parameters, AdamW without weight decay, the schedule's rate: a linear warm-up,
+    then its cosine, train/schedule.py)."""
     params = [p for p in spec.module.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        lambda s: (
-            min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
-        ),
-    )
+    opt = torch.optim.AdamW(params, lr=schedule.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule.factor)
     return params, opt, sched
 
 

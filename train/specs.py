@@ -15,6 +15,7 @@ import torch
 from drafters import draftmodel, medusa
 from drafters.draftvocab import DraftVocab, inverse
 from groundfloor.errors import UserError
+from train.schedule import epoch_batches
 
 FREQUENT = 8192  # token ids stored by frequency with heads that draft over the full vocabulary
 
@@ -139,6 +140,10 @@ class MedusaSpec:
     def sizes(self) -> dict:
         return {k: v.shape[0] for k, v in self.h.items()}
 
+    def epoch_batches(self) -> int:
+        """Training batches in one epoch (batches() drops a last short one)."""
+        return max(self.h["train"].shape[0] // min(self.batch_size, self.h["train"].shape[0]), 1)
+
     def batches(self, split: str, rng: torch.Generator | None):
         n = self.h[split].shape[0]
         size = min(self.batch_size, n)  # a data set smaller than one batch is one batch
@@ -219,6 +224,10 @@ class SequenceSpec:
 
     def sizes(self) -> dict:
         return {k: sum(len(s["ids"]) - s["start"] for s in v) for k, v in self.seqs.items()}
+
+    def epoch_batches(self) -> int:
+        """Training batches in one epoch (groups() keeps a last short one)."""
+        return epoch_batches(len(self.seqs["train"]), self.batch_size)
 
     def groups(self, split: str, rng: torch.Generator | None):
         seqs = self.seqs[split]
