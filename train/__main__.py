@@ -85,11 +85,17 @@ STATES_TARGETS = {  # states_target: the states engine's weights (engines/load.p
 }
 
 
+def states_target(part) -> str:
+    """Whose states a prompt set (or the config) names: `states_target`, the 16-bit copy where a
+    set built outside conf/train.yaml leaves it out."""
+    return str(part.get("states_target") or "bfloat16")
+
+
 def states_engine(part) -> dict:
     """The engine keys the states of a prompt set are computed with in place of its answers'
     (train.distill.build's states_engine): `states_engine`'s, with `states_target` as the
     weights. One line where the two name different weights, or the target is unknown."""
-    target = str(part.get("states_target") or "bfloat16")
+    target = states_target(part)
     if target not in STATES_TARGETS:
         raise UserError(
             f"states_target={target!r} is not valid; choose one of: {', '.join(STATES_TARGETS)}"
@@ -112,7 +118,7 @@ def trained_on(cfg, why: str) -> dict:
 def states_summary(cfg) -> dict:
     """Whose states the heads trained on: the states target, the engine keys and the folder key
     per prompt set, and what this run computed on the fly."""
-    target = str(cfg.get("states_target") or "bfloat16")
+    target = states_target(cfg)
     hows = []
     for part in prompt_sets(cfg):
         how = {**distill.settings_of(part), **states_engine(part)}
@@ -144,7 +150,7 @@ def how_trained(cfg) -> tuple[str, str]:
     precision, why = loop.resolve_precision(str(cfg.get("precision") or "auto"))
     for part in prompt_sets(cfg):
         states_engine(part)
-    target = str(cfg.get("states_target") or "bfloat16")
+    target = states_target(cfg)
     print(
         f"training precision: {precision} ({why}); states of: {target} ({STATES_TARGETS[target]})",
         file=sys.stderr,

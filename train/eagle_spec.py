@@ -215,12 +215,12 @@ class EagleSpec(SequenceSpec):
         for j, out in unrolled:
             scored = labels != -100
             scored[:, : j - 1] = False  # no step-j input before position j − 1
-            on_data = scored if teach is None else scored & teach[2][j - 1]
+            on_data = scored if teach is None else scored & teach.on_data[j - 1]
             inside = on_data & (dl >= 0)
             if teach is not None:  # a chain off the data: scored where the target gave a teacher
-                inside = inside | (scored & teach[1][j - 1] & ~teach[2][j - 1])
+                inside = inside | (scored & teach.held[j - 1] & ~teach.on_data[j - 1])
             logits = head.logits(out[inside])
-            target = soft if teach is None else teach[0][j - 1]
+            target = soft if teach is None else teach.probs[j - 1]
             hit = (logits.argmax(-1) == dl[inside]) & on_data[inside]
             if not inside.any():
                 ce = out.sum() * 0
@@ -254,8 +254,8 @@ class EagleSpec(SequenceSpec):
             inp = torch.cat([inp[:, :1], out[:, :-1]], dim=1)  # position s reads out[s − 1]
 
     def _on_policy(self, batch, feat, tok, pos, soft, steps: int):
-        """(each step's token input, (teachers, where they hold, where the chain is still on the
-        data)) of on-policy distillation (train/onpolicy.py)."""
+        """(each step's token input, its onpolicy.Teachers) of on-policy distillation
+        (train/onpolicy.py)."""
         ids, _, labels, greedy, lengths = batch
         drafted = []
 
@@ -271,10 +271,10 @@ class EagleSpec(SequenceSpec):
             drafted.append(onpolicy.draw(self.module.logits(last), greedy, self.d2t_ids))
         matched = onpolicy.still_on_data(drafted, tok)
         starts = (labels != -100).float().argmax(1)  # each sequence's first scored position
-        teach, have = onpolicy.teachers(
+        teach = onpolicy.teachers(
             self, ids, tok, drafted, matched, soft, lengths, starts, self.onpolicy
         )
-        return [tok] + [onpolicy.next_input(d, tok) for d in drafted], (teach, have, matched)
+        return [tok] + [onpolicy.next_input(d, tok) for d in drafted], teach
 
     def save(self, out: Path, eval_result: dict) -> None:
         eagle.save(

@@ -24,6 +24,8 @@ sequence's prefix on top of the head's: compare it with the plain continuation a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from groundfloor.errors import UserError
@@ -98,13 +100,23 @@ def branch_teachers(target, rows: torch.Tensor, ids: torch.Tensor, starts: list[
     return torch.softmax(hidden.float() @ rows.T, -1).reshape(len(starts), depth, -1)
 
 
+@dataclass
+class Teachers:
+    """Per step j (index j − 1): the (B, L, V_d) teacher, where one holds, and where the chain is
+    still on the data (the data's own teacher and label)."""
+
+    probs: list[torch.Tensor]
+    held: list[torch.Tensor]
+    on_data: list[torch.Tensor]
+
+
 def teachers(spec, ids, tok, drafted, matched, soft, lengths, starts_from, chains_per_seq):
-    """(per step j: (B, L, V_d) teacher, (B, L) bool where it holds): the data's `soft` where the
-    chain is still on the data, the target's branches for up to `chains_per_seq` chains per
-    sequence that left it (chosen at random among those that did), nothing elsewhere."""
+    """The data's `soft` where the chain is still on the data, the target's branches for up to
+    `chains_per_seq` chains per sequence that left it (chosen at random among those that did),
+    nothing elsewhere. A step's teacher is a copy of `soft` only once a branch writes into it."""
     steps = len(drafted) + 1
     B, L = tok.shape
-    teach = [soft.clone() for _ in range(steps)]
+    teach = [soft] * steps
     have = [m.clone() for m in matched]
     for b in range(B):
         last = int(lengths[b]) - 2  # a chain start t needs its step-1 label x_{t+2}
@@ -123,6 +135,8 @@ def teachers(spec, ids, tok, drafted, matched, soft, lengths, starts_from, chain
             for j in range(2, steps + 1):
                 s = t + j - 1
                 if not have[j - 1][b, s]:
+                    if teach[j - 1] is soft:
+                        teach[j - 1] = soft.clone()
                     teach[j - 1][b, s] = got[c, j - 2]
                     have[j - 1][b, s] = True
-    return teach, have
+    return Teachers(teach, have, matched)

@@ -95,7 +95,7 @@ def plan(kind: str, init: str | None, steps: int, lr: float, warmup: int, epochs
     had = read(Path(init))
     if had is None:
         total = max(math.ceil(float(epochs) * batches), 1)
-        s = Schedule(total=total, lr=float(lr), warmup=max(int(warmup), 1), data=data)
+        s = Schedule.fresh(total, lr, warmup, data)
         return s, (
             f"schedule: begun at {init} (it had none): {total} steps = {epochs} epochs of "
             f"{batches} batches, peak lr {lr}"
