@@ -551,6 +551,9 @@ def test_a_schedule_goes_on_from_sitting_to_sitting(data, tiny_target_dir, tmp_p
     done = s2.after(r2["steps"], **r2["stream"], sitting={})
     assert done["step"] == 3 * batches and len(done["sittings"]) == 2
 
+    (head / "train_summary.json").write_text(json.dumps({"schedule": done}))
+    with pytest.raises(UserError, match=rf"schedule is done \({3 * batches} of {3 * batches}"):
+        schedule.plan("continue", str(head), 9, 1e-2, 2, 3, batches, key)
     with pytest.raises(UserError, match="other training data"):
         schedule.plan("continue", str(head), 9, 1e-2, 2, 3, batches, "another")
     with pytest.raises(UserError, match="schedule='again' is not valid; choose one of: new"):

@@ -16,7 +16,8 @@ AdamW's moments are not kept with a head (they would double its size in the tree
 one run's): a continuing sitting starts them at zero and re-warms, its rate ramping linearly over
 `warmup` steps up to the schedule's, as a first sitting does. A checkpoint inside a sitting still
 resumes exactly (train/loop.py). The data stream can go on only over the same training sequences
-in the same order with the same seed and batch size (`data`: their key); other data is one line.
+in the same order with the same seed and batch size (`data`: their key); other data is one line,
+and so is a schedule already at its end (a head trained with schedule=new has one).
 Each sitting appends a record (its steps, held-out loss, CPU, precision, seconds) to `sittings`:
 the held-out curve across sittings, by which a long schedule is judged to have stopped paying.
 """
@@ -105,6 +106,11 @@ def plan(kind: str, init: str | None, steps: int, lr: float, warmup: int, epochs
             f"schedule=continue: {init}'s schedule streamed other training data (key "
             f"{had.data}, this run's {data}: other prompts, limits, seed or batch size); give its "
             "settings, or schedule=new"
+        )
+    if not had.left():
+        raise UserError(
+            f"schedule=continue: {init}'s schedule is done ({had.step} of {had.total} steps); "
+            "schedule=new begins another"
         )
     had.warmup = max(int(warmup), 1)
     line = (
