@@ -619,6 +619,18 @@ def test_on_policy_distillation_trains_and_equals_the_plain_loss_on_the_data(
     monkeypatch.setattr(onpolicy, "branch_teachers", lambda *x: called.append(1) or branch(*x))
     loss, per, _ = on.step_loss(batch)
     assert called and torch.isfinite(loss) and per.shape == (3,)
+    # the target scores only chains whose every step has a label: no branch teacher is wasted
+    labels = batch[2]
+    for seed in range(8):
+        torch.manual_seed(seed)
+        L = labels.shape[1]
+        feat = on.module.fuse([h[:, :L] for h in batch[1][: len(on.layers)]])
+        soft = torch.softmax(batch[1][-1][:, 1 : L + 1] @ on.teacher.T, dim=-1)
+        pos = torch.arange(L)[None].expand(len(labels), L)
+        _, teach = on._on_policy(batch, feat, tok, pos, soft, 3)
+        for j in (2, 3):
+            branched = teach.held[j - 1] & ~teach.on_data[j - 1]
+            assert not (branched & (labels == -100)).any(), (seed, j)
     before = loop.evaluate(on)["loss_per_pos"]
     loop.train(on, tmp_path / "w", steps=12, lr=1e-2, warmup=2, ckpt_every=100, eval_every=100)
     assert loop.evaluate(on)["loss_per_pos"][0] < before[0]

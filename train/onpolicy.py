@@ -119,7 +119,7 @@ def teachers(spec, ids, tok, drafted, matched, soft, lengths, starts_from, chain
     teach = [soft] * steps
     have = [m.clone() for m in matched]
     for b in range(B):
-        last = int(lengths[b]) - 2  # a chain start t needs its step-1 label x_{t+2}
+        last = int(lengths[b]) - 3  # the last position with a label (x_{s+2}, s + 2 < n)
         lo = max(int(starts_from[b]), 0)
         ends = torch.arange(L) - (steps - 1)  # chain start of the last step's position s
         off = ~matched[-1][b] & (ends >= lo) & (ends + steps - 1 <= last)
